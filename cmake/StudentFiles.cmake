@@ -1,0 +1,32 @@
+# The student files: read from grader/rubric.json ("student_files"), the single
+# list that the build, the starter generator and the grader all use.
+file(READ "${CMAKE_SOURCE_DIR}/grader/rubric.json" _rubric)
+set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS "${CMAKE_SOURCE_DIR}/grader/rubric.json")
+string(JSON _n LENGTH "${_rubric}" student_files)
+set(KIT_STUDENT_FILES "")
+math(EXPR _last "${_n} - 1")
+foreach(i RANGE ${_last})
+  string(JSON _f GET "${_rubric}" student_files ${i})
+  list(APPEND KIT_STUDENT_FILES "${_f}")
+endforeach()
+
+if(KIT_SOLUTION)
+  message(STATUS "Student files: solution/ (reference solution)")
+else()
+  message(STATUS "Student files: starter/ (KIT_SOLUTION=OFF)")
+endif()
+
+# Replace starter/<f> by solution/<f> in the list named by VAR when KIT_SOLUTION is on.
+function(kit_select_student_sources VAR)
+  set(out ${${VAR}})
+  if(KIT_SOLUTION)
+    foreach(f ${KIT_STUDENT_FILES})
+      if(NOT EXISTS "${CMAKE_SOURCE_DIR}/solution/${f}")
+        message(FATAL_ERROR "grader/rubric.json lists ${f} but solution/${f} does not exist")
+      endif()
+      list(REMOVE_ITEM out "${CMAKE_SOURCE_DIR}/starter/${f}")
+      list(APPEND out "${CMAKE_SOURCE_DIR}/solution/${f}")
+    endforeach()
+  endif()
+  set(${VAR} ${out} PARENT_SCOPE)
+endfunction()

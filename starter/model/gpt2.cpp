@@ -1,0 +1,128 @@
+#include "model/gpt2.h"
+
+#include <torch/torch.h>
+
+#include <cmath>
+
+#include "kit/errors.h"
+
+namespace kit {
+namespace F = torch::nn::functional;
+
+CausalSelfAttentionImpl::CausalSelfAttentionImpl(const GPT2Config& cfg) : n_head_(cfg.n_head) {
+  if (cfg.n_embd % cfg.n_head != 0)
+    throw Error("n_embd (" + std::to_string(cfg.n_embd) + ") must be divisible by n_head (" +
+                std::to_string(cfg.n_head) + ")");
+  c_attn = register_module("c_attn", torch::nn::Linear(cfg.n_embd, 3 * cfg.n_embd));
+  c_proj = register_module("c_proj", torch::nn::Linear(cfg.n_embd, cfg.n_embd));
+  attn_dropout = register_module("attn_dropout", torch::nn::Dropout(cfg.dropout));
+  resid_dropout = register_module("resid_dropout", torch::nn::Dropout(cfg.dropout));
+}
+
+torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
+  const int64_t B = x.size(0), T = x.size(1), C = x.size(2), hs = C / n_head_;
+  auto qkv = c_attn(x).split(C, /*dim=*/2);
+  // (B, T, C) -> (B, nh, T, hs)
+  auto heads = [&](const torch::Tensor& t) { return t.view({B, T, n_head_, hs}).transpose(1, 2); };
+  auto q = heads(qkv[0]), k = heads(qkv[1]), v = heads(qkv[2]);
+  auto att = torch::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(hs)));
+  // Causal mask: future positions get -inf before the softmax.
+  auto future = torch::ones({T, T}, torch::TensorOptions().dtype(torch::kBool).device(x.device()))
+                    .triu(/*diagonal=*/1);
+  att = att.masked_fill(future, -std::numeric_limits<float>::infinity());
+  att = attn_dropout(torch::softmax(att, -1));
+  auto y = torch::matmul(att, v).transpose(1, 2).contiguous().view({B, T, C});
+  return resid_dropout(c_proj(y));
+}
+
+MLPImpl::MLPImpl(const GPT2Config& cfg) {
+  c_fc = register_module("c_fc", torch::nn::Linear(cfg.n_embd, 4 * cfg.n_embd));
+  c_proj = register_module("c_proj", torch::nn::Linear(4 * cfg.n_embd, cfg.n_embd));
+  dropout = register_module("dropout", torch::nn::Dropout(cfg.dropout));
+}
+
+torch::Tensor MLPImpl::forward(const torch::Tensor& x) {
+  return dropout(c_proj(torch::gelu(c_fc(x), "tanh")));  // GPT-2 uses the tanh GELU
+}
+
+BlockImpl::BlockImpl(const GPT2Config& cfg) {
+  auto ln = torch::nn::LayerNormOptions({cfg.n_embd}).eps(cfg.layer_norm_eps);
+  ln_1 = register_module("ln_1", torch::nn::LayerNorm(ln));
+  attn = register_module("attn", CausalSelfAttention(cfg));
+  ln_2 = register_module("ln_2", torch::nn::LayerNorm(ln));
+  mlp = register_module("mlp", MLP(cfg));
+}
+
+torch::Tensor BlockImpl::forward(torch::Tensor x) {
+  x = x + attn(ln_1(x));
+  return x + mlp(ln_2(x));
+}
+
+GPT2Impl::GPT2Impl(const GPT2Config& cfg) : cfg_(cfg) {
+  if (cfg.vocab_size <= 0)
+    throw Error("GPT2Config.vocab_size is not set: take it from the tokenizer before building the model");
+  if (cfg.n_layer <= 0 || cfg.n_embd <= 0 || cfg.n_head <= 0 || cfg.n_positions <= 0)
+    throw Error("GPT2Config '" + cfg.name + "': n_layer, n_embd, n_head and n_positions must be positive");
+  wte = register_module("wte", torch::nn::Embedding(cfg.vocab_size, cfg.n_embd));
+  wpe = register_module("wpe", torch::nn::Embedding(cfg.n_positions, cfg.n_embd));
+  drop = register_module("drop", torch::nn::Dropout(cfg.dropout));
+  h = register_module("h", torch::nn::ModuleList());
+  for (int64_t i = 0; i < cfg.n_layer; ++i) h->push_back(Block(cfg));
+  ln_f = register_module("ln_f", torch::nn::LayerNorm(
+                                     torch::nn::LayerNormOptions({cfg.n_embd}).eps(cfg.layer_norm_eps)));
+  init_weights();
+}
+
+// GPT-2's initialisation: N(0, 0.02) weights, zero biases, and the residual
+// projections scaled by 1/sqrt(2 * n_layer) so the residual stream does not grow with depth.
+void GPT2Impl::init_weights() {
+  torch::NoGradGuard no_grad;
+  const double resid_std = cfg_.init_std / std::sqrt(2.0 * static_cast<double>(cfg_.n_layer));
+  for (auto& p : named_parameters()) {
+    const std::string& name = p.key();
+    auto& t = p.value();
+    if (name.find("ln_") != std::string::npos) {
+      (name.size() >= 6 && name.compare(name.size() - 6, 6, "weight") == 0) ? t.fill_(1.0) : t.zero_();
+    } else if (name.size() >= 4 && name.compare(name.size() - 4, 4, "bias") == 0) {
+      t.zero_();
+    } else if (name.find("c_proj.weight") != std::string::npos) {
+      t.normal_(0.0, resid_std);
+    } else {
+      t.normal_(0.0, cfg_.init_std);
+    }
+  }
+}
+
+torch::Tensor GPT2Impl::embed(const torch::Tensor& idx) {
+  const int64_t T = idx.size(1);
+  if (T > cfg_.n_positions)
+    throw Error("sequence of " + std::to_string(T) + " tokens is longer than the model's context (n_positions = " +
+                std::to_string(cfg_.n_positions) + "): use a shorter --seq-len or a preset with more positions");
+  auto pos = torch::arange(T, torch::TensorOptions().dtype(torch::kLong).device(idx.device()));
+  return drop(wte(idx) + wpe(pos));
+}
+
+torch::Tensor GPT2Impl::head(const torch::Tensor& hidden) {
+  auto x = ln_f(hidden.to(ln_f->weight.device()));
+  return F::linear(x.to(wte->weight.device()), wte->weight);  // lm_head tied to wte
+}
+
+torch::Tensor GPT2Impl::forward(const torch::Tensor& idx) {
+  auto x = embed(idx);
+  for (const auto& block : *h) x = block->as<Block>()->forward(x.to(block->parameters()[0].device()));
+  return head(x);
+}
+
+int64_t count_parameters(const torch::nn::Module& model) {
+  int64_t n = 0;
+  std::vector<const void*> seen;
+  for (const auto& p : model.parameters()) {
+    const void* ptr = p.unsafeGetTensorImpl();
+    if (std::find(seen.begin(), seen.end(), ptr) != seen.end()) continue;
+    seen.push_back(ptr);
+    n += p.numel();
+  }
+  return n;
+}
+
+}  // namespace kit
