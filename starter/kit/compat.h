@@ -11,3 +11,23 @@ namespace kit::compat {
 inline constexpr int torch_major = TORCH_VERSION_MAJOR;
 inline constexpr int torch_minor = TORCH_VERSION_MINOR;
 }  // namespace kit::compat
+
+// ---- c10d (torch.distributed's C++ core), used by dist/dist.cpp only ----------
+// LibTorch 2.0 split the backend interface out of c10d::ProcessGroup: since then
+// ProcessGroupGloo and ProcessGroupNCCL derive from c10d::Backend, in 1.13 from
+// c10d::ProcessGroup. Both bases offer the same allreduce/broadcast/send/recv/barrier
+// calls, so the kit holds its backend through this one alias. (The Work type those
+// calls return also moved, from c10d::ProcessGroup::Work to c10d::Work: dist.cpp
+// only ever writes `auto` for it.)
+namespace c10d {
+class ProcessGroup;
+class Backend;
+}  // namespace c10d
+
+namespace kit::compat {
+#if KIT_TORCH_AT_LEAST(2, 0)
+using C10dBackend = ::c10d::Backend;
+#else
+using C10dBackend = ::c10d::ProcessGroup;
+#endif
+}  // namespace kit::compat

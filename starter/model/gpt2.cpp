@@ -2,7 +2,9 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "kit/errors.h"
 
@@ -94,10 +96,21 @@ void GPT2Impl::init_weights() {
 }
 
 torch::Tensor GPT2Impl::embed(const torch::Tensor& idx) {
+  if (idx.dim() != 2 || idx.scalar_type() != torch::kLong)
+    throw Error("GPT2 expects token ids as a (batch, time) int64 tensor, got " + std::to_string(idx.dim()) +
+                "-d " + std::string(c10::toString(idx.scalar_type())) + ": add a batch dimension with unsqueeze(0) "
+                "and convert with .to(torch::kLong)");
   const int64_t T = idx.size(1);
   if (T > cfg_.n_positions)
     throw Error("sequence of " + std::to_string(T) + " tokens is longer than the model's context (n_positions = " +
                 std::to_string(cfg_.n_positions) + "): use a shorter --seq-len or a preset with more positions");
+  // An out-of-range id would otherwise fail deep inside the embedding lookup.
+  if (idx.numel() > 0) {
+    const int64_t lo = idx.min().item<int64_t>(), hi = idx.max().item<int64_t>();
+    if (lo < 0 || hi >= cfg_.vocab_size)
+      throw Error("token id " + std::to_string(lo < 0 ? lo : hi) + " is outside the vocabulary [0, " +
+                  std::to_string(cfg_.vocab_size) + "): set GPT2Config.vocab_size to the tokenizer's size");
+  }
   auto pos = torch::arange(T, torch::TensorOptions().dtype(torch::kLong).device(idx.device()));
   return drop(wte(idx) + wpe(pos));
 }

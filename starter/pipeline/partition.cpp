@@ -1,9 +1,32 @@
-// Placeholder: replaced by the real student file.
+// Problem 2.1: split_module (the original's _split_module in pipeline/partition.py).
+#include "pipeline/partition.h"
+
+#include <torch/torch.h>
+
 #include "kit/errors.h"
 
 namespace kit {
-void placeholder_partition() {
-  // TODO(Problem 2.1 placeholder_partition): your code here.
-  throw kit::NotImplemented("Problem 2.1 placeholder_partition");
+
+// Walk the layers in order and keep a "current" partition:
+//   1. Find the layer's stage. If the layer is a WithDevice (layer->as<WithDeviceImpl>()
+//      is not null), its stage() is the answer, and its module() is the layer to keep.
+//      Otherwise ask stage_of_parameters(name, layer).
+//   2. When the stage differs from the current partition's stage, close the current
+//      partition (push it and its stage to the result) and open a new one. Compare with
+//      the PREVIOUS layer only: grouping layers by stage in a map would merge A, B, A
+//      into two partitions and run the last layer before the middle one.
+//   3. Append the layer to the current partition under its own name:
+//      partition->push_back(name, any_module).
+// Do not forget the partition still open after the last layer.
+// Useful: modules->named_children() gives (name, shared_ptr<Module>) in order, and
+// modules->begin()/end() the same layers as torch::nn::AnyModule (what push_back takes).
+Partitions split_module(const torch::nn::Sequential& modules) {
+  if (!modules || modules->is_empty())
+    throw Error("split_module got an empty Sequential: a pipeline needs at least one layer");
+  Partitions result;
+  // TODO(Problem 2.1 split_module): your code here.
+  throw kit::NotImplemented("Problem 2.1 split_module");
+  return result;
 }
+
 }  // namespace kit

@@ -1,0 +1,98 @@
+// The kit's torch.distributed: one process group per process, the collectives data
+// parallelism needs, and counters that tests use to check what was communicated.
+//
+//   dist::init_process_group("gloo", rank, world_size);   // rendezvous at MASTER_ADDR:MASTER_PORT
+//   dist::all_reduce(grad);                                // in place, SUM over ranks
+//   dist::destroy_process_group();
+//
+// Rendezvous goes through c10d's TCP store, as torch.distributed's env:// does: rank 0
+// serves it on MASTER_PORT and every rank connects to MASTER_ADDR:MASTER_PORT. When
+// the kit's launcher starts the workers it serves the store itself (dist/launch.h) and
+// sets KIT_STORE_HOSTED=1, so no rank has to bind the port.
+//
+// Backends: "gloo" (CPU tensors; compiled in when LibTorch ships Gloo) and "nccl"
+// (CUDA tensors, one GPU per rank chosen by LOCAL_RANK or SLURM_LOCALID; compiled in
+// only when LibTorch has CUDA).
+//
+// Timeouts are finite: every rendezvous and collective gives up after
+// KIT_DIST_TIMEOUT seconds (default 60), so a dead or stalled peer becomes a
+// kit::Error naming this rank instead of a hang.
+#pragma once
+#include <torch/nn/module.h>
+#include <torch/types.h>
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kit/errors.h"
+
+namespace kit::dist {
+
+enum class ReduceOp { SUM, MAX, MIN, PRODUCT };
+
+// A collective that failed: a peer exited, crashed, stalled past the timeout, or made
+// different calls. Programs exit with kExitPeerLost for it, so a launcher can tell
+// the rank that failed first from the ranks that only lost it.
+struct CommError : Error {
+  using Error::Error;
+};
+inline constexpr int kExitPeerLost = 3;
+
+// Creates this process's group. backend: "gloo" or "nccl". The rendezvous address and
+// port come from MASTER_ADDR (default 127.0.0.1) and MASTER_PORT (required).
+// Throws kit::Error for a bad rank/world size, an unknown or compiled-out backend,
+// a port already in use, or peers that do not show up within the timeout.
+void init_process_group(const std::string& backend, int rank, int world_size);
+// The same with the address and port given explicitly.
+void init_process_group(const std::string& backend, int rank, int world_size, const std::string& master_addr,
+                        int master_port);
+
+bool is_initialized();
+int get_rank();                  // this process's rank (kit::Error before init)
+int get_world_size();            // number of ranks (kit::Error before init)
+std::string get_backend();       // "gloo" or "nccl"
+torch::Device device();          // where this rank computes: cpu for gloo, cuda:<local rank> for nccl
+
+// Collectives. Every rank must make the same calls in the same order with tensors of
+// the same shape and dtype, else they fail with CommError (never a hang: see the timeout).
+// all_reduce, broadcast and recv write into `tensor` in place (a tensor is a handle, so
+// it is passed as const& like LibTorch's own in-place ops); a non-contiguous tensor is
+// copied to a contiguous buffer and back.
+void all_reduce(const torch::Tensor& tensor, ReduceOp op = ReduceOp::SUM);
+void broadcast(const torch::Tensor& tensor, int src);
+void barrier();
+void send(const torch::Tensor& tensor, int dst, int tag = 0);
+void recv(const torch::Tensor& tensor, int src, int tag = 0);
+
+// Copies rank src's parameters and buffers into every rank's model, so all ranks start
+// from the same weights whatever their random state. Counted as broadcasts.
+void broadcast_parameters(torch::nn::Module& model, int src = 0);
+
+// Waits for every rank (so no rank tears down a connection another still needs),
+// then releases the group. Safe to call when not initialised.
+void destroy_process_group();
+
+// What this process has communicated since the last reset. Tests use these to catch a
+// gradient reduced twice or not at all: after one data-parallel step the all-reduced
+// bytes must equal the model's unique parameter bytes exactly.
+struct Counters {
+  int64_t all_reduce_calls = 0;
+  int64_t all_reduce_bytes = 0;
+  int64_t broadcast_calls = 0;
+  int64_t broadcast_bytes = 0;
+  int64_t send_bytes = 0;
+  int64_t recv_bytes = 0;
+  int64_t barrier_calls = 0;
+};
+Counters counters();
+void reset_counters();
+
+// KIT_DIST_TIMEOUT in seconds (default 60); kit::Error for a value that is not a positive number.
+std::chrono::milliseconds timeout_from_env();
+
+// The backends this build of the kit can use, e.g. {"gloo"}.
+std::vector<std::string> available_backends();
+
+}  // namespace kit::dist

@@ -1,0 +1,61 @@
+#include "project/cli.h"
+
+#include <iostream>
+
+#include "kit/errors.h"
+
+namespace kit {
+
+void add_run_options(CLI::App& app, RunOptions& o) {
+  std::string presets;
+  for (const auto& n : gpt2_preset_names()) presets += (presets.empty() ? "" : ", ") + n;
+  app.add_option("--preset,--model", o.preset, "Model preset: " + presets)->capture_default_str();
+  app.add_option("--dropout", o.dropout, "Dropout probability (default: the preset's, 0.1)");
+  app.add_option("--data-dir,--dataset", o.data.dir,
+                 "Corpus directory with train/valid/test.tsv (the toy corpus is generated there if absent)")
+      ->capture_default_str();
+  app.add_option("--n-train", o.data.n_train, "Training pairs to use")->capture_default_str();
+  app.add_option("--n-valid", o.data.n_valid, "Validation pairs to use")->capture_default_str();
+  app.add_option("--n-test", o.data.n_test, "Test pairs to use")->capture_default_str();
+  app.add_option("--vocab-size", o.data.vocab_size, "SentencePiece vocabulary size")->capture_default_str();
+  app.add_option("--seq-len", o.data.seq_len, "Model input length (examples are seq-len + 1 tokens)")
+      ->capture_default_str();
+  app.add_option("--batch-size", o.train.batch_size, "Global batch size")->capture_default_str();
+  app.add_option("--epochs,--n-epochs", o.train.epochs, "Training epochs")->capture_default_str();
+  app.add_option("--lr,--learning-rate", o.train.lr, "AdamW learning rate")->capture_default_str();
+  app.add_option("--seed", o.train.seed, "Seed for model initialisation and dropout")->capture_default_str();
+  app.add_option("--threads", o.train.threads, "Intra-op threads per process")->capture_default_str();
+  app.add_option("--max-batches", o.train.max_train_batches, "Stop each epoch after this many batches (0: all)")
+      ->capture_default_str();
+  app.add_flag("!--no-progress", o.train.progress, "Do not draw the progress line");
+  app.add_option("--out", o.out, "Metrics JSON path");
+}
+
+GPT2Config model_config(const RunOptions& o) {
+  GPT2Config cfg = gpt2_preset(o.preset);
+  if (o.dropout >= 0) {
+    if (o.dropout >= 1) throw Error("--dropout must be in [0, 1) (got " + std::to_string(o.dropout) + ")");
+    cfg.dropout = o.dropout;
+  }
+  return cfg;
+}
+
+int guarded_main(int argc, char** argv, CLI::App& app, const std::function<int()>& body) {
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  try {
+    return body();
+  } catch (const Error& e) {
+    std::cerr << "error: " << e.what() << "\n";
+  } catch (const NotImplemented& e) {
+    std::cerr << "error: " << e.what() << "\n  (fill in this function in the starter code, then rebuild)\n";
+  } catch (const std::exception& e) {
+    std::cerr << "error: " << e.what() << "\n";
+  }
+  return 1;
+}
+
+}  // namespace kit
