@@ -6,7 +6,9 @@
 
 #include <filesystem>
 #include <fstream>
+#include <algorithm>
 #include <map>
+#include <numeric>
 #include <set>
 #include <sstream>
 
