@@ -12,6 +12,7 @@ if(NOT Torch_FOUND)
     "  -DCMAKE_PREFIX_PATH=$(python3 -c 'import torch;print(torch.utils.cmake_prefix_path)')")
 endif()
 set(KIT_TORCH_LIBRARIES ${TORCH_LIBRARIES})
+include(cmake/TorchCompat.cmake)   # differences between LibTorch builds
 set(KIT_DEFINITIONS "")
 message(STATUS "LibTorch ${Torch_VERSION} at ${TORCH_INSTALL_PREFIX}")
 

@@ -1,11 +1,11 @@
 // The BPE tokenizer: trained once per corpus with SentencePiece, cached next to it.
 #include "data/tokenizer.h"
 
-#include <sentencepiece_processor.h>
-#include <sentencepiece_trainer.h>
+#include <dlfcn.h>
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -13,6 +13,7 @@
 #include <sstream>
 #include <unordered_map>
 
+#include "data/spm/shim.h"
 #include "kit/errors.h"
 
 namespace fs = std::filesystem;
@@ -27,6 +28,71 @@ constexpr int kPadId = 0;
 constexpr int kUnkId = 1;
 const char* const kEosSrc = "<eos_de>";
 const char* const kEosTgt = "<eos_en>";
+
+// The SentencePiece module (data/spm/shim.h), loaded once per process from the
+// directory that holds libkit.so.
+struct SpmModule {
+  decltype(&kit_spm_train) train;
+  decltype(&kit_spm_load) load;
+  decltype(&kit_spm_close) close;
+  decltype(&kit_spm_encode) encode;
+  decltype(&kit_spm_decode) decode;
+  decltype(&kit_spm_piece_size) piece_size;
+  decltype(&kit_spm_piece_to_id) piece_to_id;
+  decltype(&kit_spm_unk_id) unk_id;
+  decltype(&kit_spm_pad_id) pad_id;
+  decltype(&kit_spm_free) free;
+};
+
+std::string module_path() {
+  if (const char* env = std::getenv("KIT_SPM_MODULE")) return env;  // for unusual installs
+  Dl_info info{};
+  if (::dladdr(reinterpret_cast<void*>(&module_path), &info) == 0 || !info.dli_fname)
+    throw Error("cannot locate libkit (dladdr failed) to find the SentencePiece module: set KIT_SPM_MODULE");
+  return (fs::path(info.dli_fname).parent_path() / "libkit_spm.so").string();
+}
+
+SpmModule open_module() {
+  const std::string path = module_path();
+  int flags = RTLD_NOW | RTLD_LOCAL;
+#ifdef RTLD_DEEPBIND
+  flags |= RTLD_DEEPBIND;  // its protobuf copy must not meet LibTorch's (see shim.h)
+#endif
+  void* h = ::dlopen(path.c_str(), flags);
+  if (!h)
+    throw Error("cannot load the SentencePiece module " + path + " (" + ::dlerror() +
+                "). Fix: rebuild the kit (cmake --build <build dir>), which builds it next to libkit, or set "
+                "KIT_SPM_MODULE to its path.");
+  auto sym = [&](const char* name) {
+    void* f = ::dlsym(h, name);
+    if (!f) throw Error("the SentencePiece module " + path + " lacks " + name + ": rebuild the kit");
+    return f;
+  };
+  SpmModule m;
+  m.train = reinterpret_cast<decltype(m.train)>(sym("kit_spm_train"));
+  m.load = reinterpret_cast<decltype(m.load)>(sym("kit_spm_load"));
+  m.close = reinterpret_cast<decltype(m.close)>(sym("kit_spm_close"));
+  m.encode = reinterpret_cast<decltype(m.encode)>(sym("kit_spm_encode"));
+  m.decode = reinterpret_cast<decltype(m.decode)>(sym("kit_spm_decode"));
+  m.piece_size = reinterpret_cast<decltype(m.piece_size)>(sym("kit_spm_piece_size"));
+  m.piece_to_id = reinterpret_cast<decltype(m.piece_to_id)>(sym("kit_spm_piece_to_id"));
+  m.unk_id = reinterpret_cast<decltype(m.unk_id)>(sym("kit_spm_unk_id"));
+  m.pad_id = reinterpret_cast<decltype(m.pad_id)>(sym("kit_spm_pad_id"));
+  m.free = reinterpret_cast<decltype(m.free)>(sym("kit_spm_free"));
+  return m;
+}
+
+const SpmModule& spm() {
+  static const SpmModule m = open_module();  // thread-safe; retried if it threw
+  return m;
+}
+
+// Takes ownership of an error message from the module.
+std::string take_error(char* err) {
+  std::string s = err ? err : "unknown error";
+  spm().free(err);
+  return s;
+}
 
 // Every option that changes the trained model. Part of the cache key, so changing one
 // here retrains cached tokenizers.
@@ -49,20 +115,6 @@ std::unordered_map<std::string, std::string> trainer_options(int64_t vocab_size)
       {"minloglevel", "2"},
   };
 }
-
-// Feeds the training sentences (both sides of every pair) to SentencePiece from memory.
-class PairIterator : public sentencepiece::SentenceIterator {
- public:
-  explicit PairIterator(const std::vector<TranslationPair>& pairs) : pairs_(pairs) {}
-  bool done() const override { return i_ >= 2 * pairs_.size(); }
-  void Next() override { ++i_; }
-  const std::string& value() const override { return i_ % 2 == 0 ? pairs_[i_ / 2].src : pairs_[i_ / 2].tgt; }
-  sentencepiece::util::Status status() const override { return sentencepiece::util::Status(); }
-
- private:
-  const std::vector<TranslationPair>& pairs_;
-  size_t i_ = 0;
-};
 
 // FNV-1a, 64 bit: a fingerprint of the training text and options, not a security hash.
 class Fingerprint {
@@ -131,25 +183,47 @@ bool write_atomically(const std::string& path, const std::string& bytes) {
 
 }  // namespace
 
-Tokenizer::Tokenizer() : sp_(std::make_unique<sentencepiece::SentencePieceProcessor>()) {}
+struct Tokenizer::Impl {
+  kit_spm* model = nullptr;
+  int64_t vocab = 0, pad = -1, eos_src = -1, eos_tgt = -1;
+  ~Impl() {
+    if (model) spm().close(model);
+  }
+};
+
+Tokenizer::Tokenizer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
 Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 Tokenizer::~Tokenizer() = default;
+
+namespace {
+
+// A tokenizer from a serialized model; `origin` names it in errors.
+std::unique_ptr<Tokenizer::Impl> from_bytes(const std::string& bytes, const std::string& origin) {
+  char* err = nullptr;
+  kit_spm* model = spm().load(bytes.data(), bytes.size(), &err);
+  if (!model)
+    throw Error(origin + ": not a SentencePiece model (" + take_error(err) + "). Fix: delete it; the next run retrains it.");
+  auto impl = std::make_unique<Tokenizer::Impl>();
+  impl->model = model;
+  impl->vocab = spm().piece_size(model);
+  impl->pad = spm().pad_id(model);
+  const int unk = spm().unk_id(model);
+  impl->eos_src = spm().piece_to_id(model, kEosSrc);
+  impl->eos_tgt = spm().piece_to_id(model, kEosTgt);
+  if (impl->pad < 0 || impl->eos_src == unk || impl->eos_tgt == unk)
+    throw Error(origin + ": this SentencePiece model lacks <pad>, " + kEosSrc + " or " + kEosTgt +
+                ". Fix: delete it; the next run trains one that has them.");
+  return impl;
+}
+
+}  // namespace
 
 Tokenizer Tokenizer::load(const std::string& model_path) {
   if (!fs::exists(model_path))
     throw Error(model_path + ": tokenizer model not found. Fix: run training once (it trains and caches the "
                 "tokenizer next to the corpus) or pass the right path.");
-  Tokenizer t;
-  const auto status = t.sp_->Load(model_path);
-  if (!status.ok())
-    throw Error(model_path + ": not a SentencePiece model (" + status.ToString() +
-                "). Fix: delete it; the next run retrains it.");
-  if (t.sp_->PieceToId(kEosSrc) == t.sp_->unk_id() || t.sp_->PieceToId(kEosTgt) == t.sp_->unk_id() ||
-      t.sp_->pad_id() < 0)
-    throw Error(model_path + ": this SentencePiece model lacks <pad>, " + kEosSrc + " or " + kEosTgt +
-                ". Fix: delete it; the next run trains one that has them.");
-  return t;
+  return Tokenizer(from_bytes(read_file(model_path), model_path));
 }
 
 Tokenizer Tokenizer::train_or_load(const DataConfig& cfg, const std::vector<TranslationPair>& train) {
@@ -164,15 +238,27 @@ Tokenizer Tokenizer::train_or_load(const DataConfig& cfg, const std::vector<Tran
   // The key file is written after the model, so a matching key means a complete model.
   if (fs::exists(model_path) && read_file(key_path) == key) return load(model_path);
 
-  sentencepiece::SetRandomGeneratorSeed(1);  // unused by BPE on all sentences; pinned anyway
-  PairIterator it(train);
-  std::string model;
-  const auto status = sentencepiece::SentencePieceTrainer::Train(opts, &it, &model);
-  if (!status.ok()) training_failed(status.ToString(), cfg.vocab_size, train.size());
+  // Both sides of every pair, in order: the vocabulary serves both languages.
+  std::vector<const char*> sentences;
+  sentences.reserve(2 * train.size());
+  for (const auto& p : train) {
+    sentences.push_back(p.src.c_str());
+    sentences.push_back(p.tgt.c_str());
+  }
+  std::vector<const char*> options;
+  for (const auto& [k, v] : opts) {
+    options.push_back(k.c_str());
+    options.push_back(v.c_str());
+  }
+  options.push_back(nullptr);
+  char *bytes = nullptr, *err = nullptr;
+  size_t len = 0;
+  if (spm().train(sentences.data(), sentences.size(), options.data(), &bytes, &len, &err) != 0)
+    training_failed(take_error(err), cfg.vocab_size, train.size());
+  const std::string model(bytes, len);
+  spm().free(bytes);
 
-  Tokenizer t;
-  const auto loaded = t.sp_->LoadFromSerializedProto(model);
-  if (!loaded.ok()) throw Error("SentencePiece produced an unreadable model: " + loaded.ToString());
+  Tokenizer t(from_bytes(model, "the freshly trained tokenizer"));
   // Processes started together may all train here; they write identical bytes.
   if (!write_atomically(model_path, model) || !write_atomically(key_path, key))
     std::cerr << "note: cannot cache the tokenizer in " << cfg.dir
@@ -181,10 +267,14 @@ Tokenizer Tokenizer::train_or_load(const DataConfig& cfg, const std::vector<Tran
 }
 
 std::vector<int64_t> Tokenizer::encode(const std::string& text) const {
-  std::vector<int> ids;
-  const auto status = sp_->Encode(text, &ids);
-  if (!status.ok()) throw Error("tokenizer cannot encode \"" + text + "\": " + status.ToString());
-  return {ids.begin(), ids.end()};
+  int* ids = nullptr;
+  size_t n = 0;
+  char* err = nullptr;
+  if (spm().encode(impl_->model, text.data(), text.size(), &ids, &n, &err) != 0)
+    throw Error("the tokenizer cannot encode \"" + text + "\": " + take_error(err));
+  std::vector<int64_t> out(ids, ids + n);
+  spm().free(ids);
+  return out;
 }
 
 std::string Tokenizer::decode(const std::vector<int64_t>& ids) const {
@@ -195,15 +285,19 @@ std::string Tokenizer::decode(const std::vector<int64_t>& ids) const {
                   std::to_string(vocab_size()) + ")");
     if (id != pad_id()) kept.push_back(static_cast<int>(id));  // padding carries no text
   }
-  std::string text;
-  const auto status = sp_->Decode(kept, &text);
-  if (!status.ok()) throw Error("tokenizer cannot decode: " + status.ToString());
-  return text;
+  char* text = nullptr;
+  size_t len = 0;
+  char* err = nullptr;
+  if (spm().decode(impl_->model, kept.data(), kept.size(), &text, &len, &err) != 0)
+    throw Error("the tokenizer cannot decode: " + take_error(err));
+  std::string out(text, len);
+  spm().free(text);
+  return out;
 }
 
-int64_t Tokenizer::vocab_size() const { return sp_->GetPieceSize(); }
-int64_t Tokenizer::pad_id() const { return sp_->pad_id(); }
-int64_t Tokenizer::eos_src_id() const { return sp_->PieceToId(kEosSrc); }
-int64_t Tokenizer::eos_tgt_id() const { return sp_->PieceToId(kEosTgt); }
+int64_t Tokenizer::vocab_size() const { return impl_->vocab; }
+int64_t Tokenizer::pad_id() const { return impl_->pad; }
+int64_t Tokenizer::eos_src_id() const { return impl_->eos_src; }
+int64_t Tokenizer::eos_tgt_id() const { return impl_->eos_tgt; }
 
 }  // namespace kit

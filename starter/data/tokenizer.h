@@ -8,10 +8,6 @@
 
 #include "data/corpus.h"
 
-namespace sentencepiece {
-class SentencePieceProcessor;
-}
-
 namespace kit {
 
 class Tokenizer {
@@ -35,9 +31,11 @@ class Tokenizer {
   Tokenizer& operator=(Tokenizer&&) noexcept;
   ~Tokenizer();
 
+  struct Impl;  // opaque: the loaded SentencePiece model (data/spm/shim.h says why it is hidden)
+
  private:
-  Tokenizer();
-  std::unique_ptr<sentencepiece::SentencePieceProcessor> sp_;
+  explicit Tokenizer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
 };
 
 }  // namespace kit

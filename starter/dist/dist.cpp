@@ -5,10 +5,10 @@
 #include <torch/torch.h>
 
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
-#if defined(USE_C10D_GLOO)
+#if KIT_HAVE_GLOO
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #endif
-#if defined(USE_C10D_NCCL)
+#if KIT_HAVE_NCCL
 #include <c10/cuda/CUDAFunctions.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
@@ -143,10 +143,10 @@ std::chrono::milliseconds timeout_from_env() {
 
 std::vector<std::string> available_backends() {
   std::vector<std::string> b;
-#if defined(USE_C10D_GLOO)
+#if KIT_HAVE_GLOO
   b.push_back("gloo");
 #endif
-#if defined(USE_C10D_NCCL)
+#if KIT_HAVE_NCCL
   b.push_back("nccl");
 #endif
   return b;
@@ -184,7 +184,7 @@ void init_process_group(const std::string& backend, int rank, int world_size, co
   std::string known;
   for (const auto& b : available_backends()) known += (known.empty() ? "" : ", ") + b;
   if (backend == "gloo") {
-#if defined(USE_C10D_GLOO)
+#if KIT_HAVE_GLOO
     g->store = connect_store(master_addr, master_port, rank, world_size, g->timeout);
     auto opts = c10d::ProcessGroupGloo::Options::create(g->timeout);
     // Which network interface Gloo talks on: GLOO_SOCKET_IFNAME when set (as in PyTorch),
@@ -209,7 +209,7 @@ void init_process_group(const std::string& backend, int rank, int world_size, co
                 "--backend nccl on a GPU node, or rebuild with libgloo-dev installed. Available: " + known);
 #endif
   } else if (backend == "nccl") {
-#if defined(USE_C10D_NCCL)
+#if KIT_HAVE_NCCL
     const int ndev = static_cast<int>(torch::cuda::device_count());
     const int local = std::stoi(env_or("LOCAL_RANK", env_or("SLURM_LOCALID", std::to_string(rank))));
     if (ndev == 0) throw Error("--backend nccl needs a CUDA GPU and none is visible: use --backend gloo");

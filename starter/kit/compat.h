@@ -31,3 +31,15 @@ using C10dBackend = ::c10d::Backend;
 using C10dBackend = ::c10d::ProcessGroup;
 #endif
 }  // namespace kit::compat
+
+// ---- which c10d backends this build has ---------------------------------------
+// cmake/Distributed.cmake decides, after checking that Gloo's and NCCL's headers are
+// there and fit this LibTorch, and passes KIT_HAVE_GLOO / KIT_HAVE_NCCL as 0 or 1.
+// Test these, not LibTorch's own USE_C10D_GLOO / USE_C10D_NCCL: official 2.x builds
+// define USE_C10D_GLOO although they ship none of the Gloo headers it needs.
+#ifndef KIT_HAVE_GLOO
+#define KIT_HAVE_GLOO 0
+#endif
+#ifndef KIT_HAVE_NCCL
+#define KIT_HAVE_NCCL 0
+#endif

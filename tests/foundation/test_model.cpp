@@ -81,7 +81,7 @@ TEST(GPT2Model, ChangingAFutureTokenLeavesEarlierLogitsUnchanged) {
   torch::NoGradGuard no_grad;
   auto idx = torch::randint(V, {2, T}, torch::kLong);
   auto base = model(idx);
-  for (int64_t t : {1, 4, T - 1}) {
+  for (int64_t t : {int64_t{1}, int64_t{4}, T - 1}) {
     auto changed = idx.clone();
     changed.index_put_({Slice(), t}, (idx.index({Slice(), t}) + 1) % V);
     auto out = model(changed);

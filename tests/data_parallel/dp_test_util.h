@@ -1,0 +1,153 @@
+// Helpers for the data-parallel tests: temporary directories, running a program with a
+// deadline, free ports, and finding processes a test left behind.
+#pragma once
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "dist/launch.h"
+
+namespace dp_test {
+namespace fs = std::filesystem;
+
+// A fresh directory of this test's own (so no file from an earlier run can be mistaken
+// for this run's output), removed at the end of the test.
+class TempDir {
+ public:
+  explicit TempDir(const std::string& tag) {
+    std::string tmpl = (fs::temp_directory_path() / ("kit_dp_" + tag + "_XXXXXX")).string();
+    std::vector<char> buf(tmpl.begin(), tmpl.end());
+    buf.push_back('\0');
+    if (!::mkdtemp(buf.data())) throw std::runtime_error("mkdtemp failed for " + tmpl);
+    path_ = buf.data();
+  }
+  ~TempDir() {
+    std::error_code ec;
+    if (!std::getenv("KIT_KEEP_TEST_DIRS")) fs::remove_all(path_, ec);
+  }
+  const std::string& path() const { return path_; }
+  std::string operator/(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+struct RunResult {
+  int exitcode = -1;      // -N: killed by signal N
+  bool timed_out = false;
+  double seconds = 0;
+  std::string output;     // stdout and stderr together
+};
+
+inline std::string read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+}
+
+// Runs argv with extra environment entries; kills it after `timeout_s` seconds.
+inline RunResult run(const std::vector<std::string>& argv, const std::vector<std::pair<std::string, std::string>>& env,
+                     const std::string& log_path, double timeout_s) {
+  kit::Command cmd;
+  cmd.argv = argv;
+  cmd.env = env;
+  cmd.output = log_path;
+  kit::Process p(cmd);
+  const auto t0 = std::chrono::steady_clock::now();
+  p.start();
+  RunResult r;
+  if (!p.join_for(std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)))) {
+    r.timed_out = true;
+    p.kill(SIGKILL);
+    p.join();
+  }
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  r.exitcode = p.exitcode().value_or(-1);
+  r.output = read_file(log_path);
+  return r;
+}
+
+// A port nobody listens on right now (the kernel's choice for port 0).
+inline int free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = 0;
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+// Holds a port: a socket listening on it for as long as this object lives.
+class BusyPort {
+ public:
+  BusyPort() {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_ANY);
+    a.sin_port = 0;
+    ::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a);
+    ::listen(fd_, 4);
+    socklen_t len = sizeof a;
+    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
+    port_ = ntohs(a.sin_port);
+  }
+  ~BusyPort() { ::close(fd_); }
+  int port() const { return port_; }
+
+ private:
+  int fd_ = -1;
+  int port_ = 0;
+};
+
+// Live (non-zombie) processes whose command line contains `marker`, e.g. a test's own
+// temporary directory: what a test would have left behind.
+inline std::vector<std::string> processes_mentioning(const std::string& marker) {
+  std::vector<std::string> found;
+  for (const auto& e : fs::directory_iterator("/proc")) {
+    const std::string pid = e.path().filename().string();
+    if (pid.find_first_not_of("0123456789") != std::string::npos || pid == std::to_string(::getpid())) continue;
+    std::string cmdline = read_file("/proc/" + pid + "/cmdline");
+    for (auto& c : cmdline)
+      if (c == '\0') c = ' ';
+    if (cmdline.find(marker) == std::string::npos) continue;
+    const std::string stat = read_file("/proc/" + pid + "/stat");
+    const auto rp = stat.rfind(')');
+    if (rp != std::string::npos && rp + 2 < stat.size() && stat[rp + 2] == 'Z') continue;  // exited, not reaped
+    found.push_back(pid + ": " + cmdline);
+  }
+  return found;
+}
+
+// Waits up to `seconds` for every process mentioning `marker` to go away.
+inline std::vector<std::string> leftovers_after(const std::string& marker, double seconds) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  auto left = processes_mentioning(marker);
+  while (!left.empty() && std::chrono::steady_clock::now() < deadline) {
+    ::usleep(50'000);
+    left = processes_mentioning(marker);
+  }
+  return left;
+}
+
+inline std::string join_lines(const std::vector<std::string>& v) {
+  std::ostringstream s;
+  for (const auto& x : v) s << "\n  " << x;
+  return s.str();
+}
+
+}  // namespace dp_test

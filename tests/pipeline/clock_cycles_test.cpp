@@ -1,0 +1,117 @@
+// Problem 2.1: clock_cycles(m, n), the GPipe schedule. The whole schedule is checked:
+// the original's test missed a schedule that stopped before its last clocks.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <sstream>
+
+#include "kit/errors.h"
+#include "pipeline/pipe.h"
+#include "pipeline/schedule.h"
+
+namespace kit {
+namespace {
+
+struct Shape {
+  int64_t m, n;
+};
+
+std::string show(const Schedule& s, int64_t n) { return "\n" + format_schedule_table(s, n); }
+
+// The reference schedule, built the slow way: clock k holds every (i, j) with i + j == k.
+Schedule expected_schedule(int64_t m, int64_t n) {
+  Schedule s(static_cast<size_t>(m + n - 1));
+  for (int64_t k = 0; k < m + n - 1; ++k)
+    for (int64_t j = 0; j < n; ++j)
+      if (k - j >= 0 && k - j < m) s[static_cast<size_t>(k)].push_back({k - j, j});
+  return s;
+}
+
+class ClockCycles : public ::testing::TestWithParam<Shape> {};
+
+TEST_P(ClockCycles, HasExactlyMPlusNMinusOneClocks) {
+  const auto [m, n] = GetParam();
+  const Schedule s = clock_cycles(m, n);
+  EXPECT_EQ(static_cast<int64_t>(s.size()), m + n - 1)
+      << "m = " << m << " micro-batches on n = " << n << " partitions need m + n - 1 = " << m + n - 1
+      << " clocks: the last micro-batch enters at clock m - 1 and needs n - 1 more clocks to reach the last "
+         "partition.\nexpected:"
+      << show(expected_schedule(m, n), n) << "actual:" << show(s, n);
+}
+
+TEST_P(ClockCycles, RunsEveryMicrobatchOnEveryPartitionExactlyOnce) {
+  const auto [m, n] = GetParam();
+  const Schedule s = clock_cycles(m, n);
+  std::map<std::pair<int64_t, int64_t>, int> seen;
+  for (const auto& clock : s)
+    for (const auto& step : clock) {
+      ASSERT_TRUE(step.microbatch >= 0 && step.microbatch < m && step.partition >= 0 && step.partition < n)
+          << "step " << to_string(step) << " is out of range: micro-batches are 0.." << m - 1
+          << ", partitions 0.." << n - 1 << show(s, n);
+      ++seen[{step.microbatch, step.partition}];
+    }
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j)
+      EXPECT_EQ((seen[{i, j}]), 1) << "micro-batch " << i << " on partition " << j << " is scheduled "
+                                   << seen[{i, j}] << " times (must be exactly once)" << show(s, n);
+}
+
+TEST_P(ClockCycles, RespectsDependencies) {
+  const auto [m, n] = GetParam();
+  const Schedule s = clock_cycles(m, n);
+  std::map<std::pair<int64_t, int64_t>, int64_t> clock_of;
+  for (size_t k = 0; k < s.size(); ++k)
+    for (const auto& step : s[k]) clock_of[{step.microbatch, step.partition}] = static_cast<int64_t>(k);
+  for (const auto& [ij, k] : clock_of) {
+    const auto [i, j] = ij;
+    // (i, j) needs (i, j - 1)'s output, and partition j finishes micro-batch i - 1 first.
+    if (j > 0 && clock_of.count({i, j - 1})) {
+      EXPECT_GT(k, (clock_of[{i, j - 1}])) << "(" << i << "," << j << ") at clock " << k
+                                           << " does not come after its input (" << i << "," << j - 1
+                                           << ") at clock " << clock_of[{i, j - 1}] << show(s, n);
+    }
+    if (i > 0 && clock_of.count({i - 1, j})) {
+      EXPECT_GT(k, (clock_of[{i - 1, j}])) << "(" << i << "," << j << ") at clock " << k
+                                           << " does not come after (" << i - 1 << "," << j
+                                           << ") at clock " << clock_of[{i - 1, j}]
+                                           << ": micro-batches must keep their order" << show(s, n);
+    }
+  }
+}
+
+TEST_P(ClockCycles, EveryClockHoldsTheDiagonal) {
+  const auto [m, n] = GetParam();
+  const Schedule s = clock_cycles(m, n), want = expected_schedule(m, n);
+  ASSERT_EQ(s.size(), want.size()) << "expected:" << show(want, n) << "actual:" << show(s, n);
+  for (size_t k = 0; k < s.size(); ++k)
+    EXPECT_EQ(to_string(s[k]), to_string(want[k]))
+        << "clock " << k << " must hold (k - j, j) for j from max(0, k - m + 1) to min(k, n - 1)\nexpected:"
+        << show(want, n) << "actual:" << show(s, n);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, ClockCycles,
+                         ::testing::Values(Shape{1, 1}, Shape{1, 3}, Shape{3, 1}, Shape{3, 3}, Shape{4, 2},
+                                           Shape{6, 2}, Shape{4, 3}),
+                         [](const ::testing::TestParamInfo<Shape>& info) {
+                           return "m" + std::to_string(info.param.m) + "_n" + std::to_string(info.param.n);
+                         });
+
+TEST(ClockCyclesExample, FourMicrobatchesOnThreePartitionsMatchesTheSpec) {
+  // The example from the assignment, written out by hand.
+  const Schedule want = {{{0, 0}},
+                         {{1, 0}, {0, 1}},
+                         {{2, 0}, {1, 1}, {0, 2}},
+                         {{3, 0}, {2, 1}, {1, 2}},
+                         {{3, 1}, {2, 2}},
+                         {{3, 2}}};
+  const Schedule s = clock_cycles(4, 3);
+  EXPECT_EQ(to_string(s), to_string(want)) << "\nexpected:" << show(want, 3) << "actual:" << show(s, 3);
+}
+
+TEST(ClockCyclesExample, RejectsEmptyPipelines) {
+  EXPECT_THROW(clock_cycles(0, 3), Error);
+  EXPECT_THROW(clock_cycles(3, 0), Error);
+}
+
+}  // namespace
+}  // namespace kit

@@ -1,0 +1,209 @@
+// Problem 2.3: GPT-2 through the pipe equals GPT-2 without it (logits and every
+// parameter's gradient), and the model-parallel baseline does too.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "kit/config.h"
+#include "kit/errors.h"
+#include "model/gpt2.h"
+#include "pipeline/model_parallel.h"
+#include "pipeline_test_util.h"
+#include "project/utils.h"
+#include "train/loss.h"
+
+namespace kit {
+namespace {
+
+using test::max_abs_diff;
+using test::run_with_timeout;
+
+constexpr double kTol = 1e-9;  // float64
+
+GPT2Config small_config(int64_t n_layer) {
+  GPT2Config cfg = gpt2_preset("tiny");
+  cfg.n_layer = n_layer;
+  cfg.dropout = 0;  // dropout draws random numbers in a different order when micro-batched
+  cfg.vocab_size = 50;
+  cfg.n_positions = 16;
+  return cfg;
+}
+
+GPT2 make_model(const GPT2Config& cfg, uint64_t seed = 1) {
+  torch::manual_seed(seed);
+  GPT2 model(cfg);
+  model->to(torch::kFloat64);
+  return model;
+}
+
+Batch make_batch(int64_t B, int64_t T, int64_t vocab) {
+  torch::manual_seed(99);
+  Batch b;
+  b.input = torch::randint(vocab, {B, T}, torch::kLong);
+  b.labels = torch::randint(vocab, {B, T}, torch::kLong);
+  b.mask = (torch::rand({B, T}) < 0.7).to(torch::kFloat32);
+  b.mask.select(1, T - 1).fill_(1);  // every example counts at least one token
+  return b;
+}
+
+struct Outcome {
+  torch::Tensor logits;
+  std::vector<std::pair<std::string, torch::Tensor>> grads;
+};
+
+Outcome forward_backward(const std::function<torch::Tensor(const torch::Tensor&)>& forward, GPT2& model,
+                     const Batch& b) {
+  model->zero_grad();
+  for (auto& p : model->parameters()) p.mutable_grad() = torch::Tensor();
+  Outcome r;
+  r.logits = forward(b.input);
+  masked_cross_entropy(r.logits, b.labels, b.mask).backward();
+  for (const auto& p : model->named_parameters())
+    r.grads.emplace_back(p.key(), p.value().grad().defined() ? p.value().grad().clone() : torch::Tensor());
+  return r;
+}
+
+void expect_same(const Outcome& want, const Outcome& got, const std::string& what) {
+  ASSERT_TRUE(got.logits.defined()) << what << ": no logits";
+  ASSERT_EQ(got.logits.sizes(), want.logits.sizes()) << what;
+  for (int64_t r = 0; r < want.logits.size(0); ++r) {
+    const double d = max_abs_diff(want.logits[r], got.logits[r]);
+    EXPECT_LE(d, kTol) << what << ": logits of example " << r << " differ, max abs difference " << d;
+  }
+  ASSERT_EQ(got.grads.size(), want.grads.size());
+  for (size_t k = 0; k < want.grads.size(); ++k) {
+    const auto& name = want.grads[k].first;
+    ASSERT_TRUE(got.grads[k].second.defined())
+        << what << ": parameter " << name << " got no gradient (are the model's own blocks in the pipe?)";
+    const double d = max_abs_diff(want.grads[k].second, got.grads[k].second);
+    EXPECT_LE(d, kTol) << what << ": gradient of " << name << " differs, max abs difference " << d;
+  }
+}
+
+void check_pipeline_matches(int64_t n_layer, int64_t stages, int64_t B, int64_t split) {
+  GPT2 model = make_model(small_config(n_layer));
+  const Batch b = make_batch(B, 12, 50);
+  const Outcome want = forward_backward([&](const torch::Tensor& x) { return model->forward(x); }, model, b);
+
+  GPT2ModelParallel mp(model, cpu_stages(stages));
+  mp.prepare_pipeline_parallel(split, /*threads_per_stage=*/1);
+  ASSERT_TRUE(mp.pipeline_parallel()) << "prepare_pipeline_parallel must set up the pipe";
+  Outcome got;
+  ASSERT_EQ(run_with_timeout(
+                [&] { got = forward_backward([&](const torch::Tensor& x) { return mp.forward(x); }, model, b); }, 60),
+            "");
+  expect_same(want, got,
+              std::to_string(n_layer) + " blocks on " + std::to_string(stages) + " stages, batch " +
+                  std::to_string(B) + " in micro-batches of " + std::to_string(split));
+}
+
+TEST(GPT2Pipeline, TinyPresetOnTwoStagesMatchesThePlainModel) { check_pipeline_matches(2, 2, 6, 4); }
+
+TEST(GPT2Pipeline, ThreeBlocksOnThreeStagesMatchesThePlainModel) { check_pipeline_matches(3, 3, 5, 2); }
+
+TEST(GPT2Pipeline, PipeHoldsTheModelsOwnBlocksOnTheirStages) {
+  GPT2 model = make_model(small_config(4));
+  GPT2ModelParallel mp(model, cpu_stages(2));
+  mp.prepare_pipeline_parallel(2, 1);
+  ASSERT_TRUE(mp.pipeline_parallel());
+  const auto& pipe = mp.pipe();
+  ASSERT_EQ(pipe->partitions().size(), 2u) << "4 blocks on 2 stages: two partitions of 2 consecutive blocks";
+  ASSERT_EQ(pipe->devices().size(), 2u);
+  for (size_t j = 0; j < 2; ++j) EXPECT_EQ(pipe->devices()[j], mp.stages()[j]);
+  // The pipe must train the model's parameters, not copies of them.
+  size_t b = 0;
+  for (const auto& part : pipe->partitions()) {
+    for (size_t k = 0; k < part->size(); ++k, ++b) {
+      ASSERT_LT(b, model->h->size());
+      const auto* layer = test::unwrapped(part->ptr(k));
+      EXPECT_EQ(layer, model->h[b].get()) << "partition layer " << k << " is not block " << b << " of the model";
+    }
+  }
+  EXPECT_EQ(b, model->h->size()) << "every block must be in the pipe, in order";
+}
+
+TEST(GPT2Pipeline, EvaluationThroughThePipeBuildsNoGraph) {
+  GPT2 model = make_model(small_config(2));
+  const Batch b = make_batch(5, 8, 50);
+  model->eval();
+  torch::Tensor want;
+  {
+    torch::NoGradGuard no_grad;
+    want = model->forward(b.input);
+  }
+  GPT2ModelParallel mp(model, cpu_stages(2));
+  mp.prepare_pipeline_parallel(2, 1);
+  torch::Tensor got;
+  ASSERT_EQ(run_with_timeout(
+                [&] {
+                  torch::NoGradGuard no_grad;
+                  got = mp.forward(b.input);
+                },
+                60),
+            "");
+  EXPECT_FALSE(got.requires_grad()) << "evaluation under NoGradGuard built a graph inside the pipe";
+  EXPECT_LE(max_abs_diff(want, got), kTol);
+}
+
+TEST(GPT2Pipeline, TrainingStepsMatchThePlainModel) {
+  // Two AdamW steps, pipelined and not, from the same initial weights.
+  const GPT2Config cfg = small_config(2);
+  GPT2 plain = make_model(cfg, 5), piped = make_model(cfg, 5);
+  torch::optim::AdamW opt_plain(plain->parameters(), torch::optim::AdamWOptions(1e-2));
+  torch::optim::AdamW opt_piped(piped->parameters(), torch::optim::AdamWOptions(1e-2));
+  GPT2ModelParallel mp(piped, cpu_stages(2));
+  mp.prepare_pipeline_parallel(3, 1);
+  for (int step = 0; step < 2; ++step) {
+    const Batch b = make_batch(7, 10, 50);
+    const double l_plain = train_step([&](const torch::Tensor& x) { return plain->forward(x); }, *plain, opt_plain, b, 1);
+    double l_piped = 0;
+    ASSERT_EQ(run_with_timeout(
+                  [&] { l_piped = train_step([&](const torch::Tensor& x) { return mp.forward(x); }, *piped, opt_piped, b, 1); },
+                  60),
+              "");
+    EXPECT_NEAR(l_plain, l_piped, 1e-9) << "loss of step " << step;
+  }
+  const auto want = plain->named_parameters(), got = piped->named_parameters();
+  for (const auto& p : want) {
+    const double d = max_abs_diff(p.value(), got[p.key()]);
+    EXPECT_LE(d, 1e-8) << "after two steps, parameter " << p.key() << " differs by " << d;
+  }
+}
+
+TEST(GPT2ModelParallelBaseline, MatchesThePlainModel) {
+  GPT2 model = make_model(small_config(3));
+  const Batch b = make_batch(4, 12, 50);
+  const Outcome want = forward_backward([&](const torch::Tensor& x) { return model->forward(x); }, model, b);
+  GPT2ModelParallel mp(model, cpu_stages(3));
+  EXPECT_FALSE(mp.pipeline_parallel());
+  const Outcome got = forward_backward([&](const torch::Tensor& x) { return mp.forward(x); }, model, b);
+  expect_same(want, got, "model parallel on 3 stages");
+}
+
+TEST(GPT2Placement, ConsecutiveBlocksPerStage) {
+  EXPECT_EQ(blocks_per_stage(4, 2), (std::vector<int64_t>{2, 2}));
+  EXPECT_EQ(blocks_per_stage(12, 4), (std::vector<int64_t>{3, 3, 3, 3}));
+  EXPECT_EQ(blocks_per_stage(12, 1), (std::vector<int64_t>{12}));
+  EXPECT_EQ(blocks_per_stage(5, 2), (std::vector<int64_t>{3, 2}));
+  EXPECT_EQ(blocks_per_stage(4, 3), (std::vector<int64_t>{2, 1, 1})) << "no stage may be left without blocks";
+
+  GPT2 model = make_model(small_config(4));
+  GPT2ModelParallel mp(model, cpu_stages(3));
+  std::vector<int64_t> got;
+  for (const auto& s : mp.block_stages()) got.push_back(s.index);
+  EXPECT_EQ(got, (std::vector<int64_t>{0, 0, 1, 2}));
+}
+
+TEST(GPT2Placement, MoreStagesThanBlocksIsRejected) {
+  EXPECT_THROW(blocks_per_stage(2, 3), Error);
+  EXPECT_THROW(blocks_per_stage(2, 0), Error);
+  GPT2 model = make_model(small_config(2));
+  try {
+    GPT2ModelParallel mp(model, cpu_stages(3));
+    FAIL() << "3 stages for 2 blocks must be rejected";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("at most 2"), std::string::npos) << "say what would work: " << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace kit

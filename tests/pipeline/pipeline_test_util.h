@@ -1,0 +1,77 @@
+// Helpers for the pipeline tests: small layers, comparisons whose failure messages say
+// what differed, and a guard that turns a hang into a failure.
+#pragma once
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <chrono>
+#include <functional>
+#include <future>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
+
+#include "pipeline/stage.h"
+
+namespace kit::test {
+
+inline double max_abs_diff(const torch::Tensor& a, const torch::Tensor& b) {
+  return (a.detach().cpu().to(torch::kFloat64) - b.detach().cpu().to(torch::kFloat64)).abs().max().item<double>();
+}
+
+// The layer a partition holds, seen through a WithDevice wrapper if it kept one.
+inline const torch::nn::Module* unwrapped(const std::shared_ptr<torch::nn::Module>& layer) {
+  if (const auto* pinned = layer->as<WithDeviceImpl>()) return pinned->module().ptr().get();
+  return layer.get();
+}
+
+// Runs fn on its own thread and waits at most `seconds`. Returns "" when fn returned,
+// the exception's message (prefixed "threw: ") when it threw, and "timeout" when it did
+// not finish in time. On timeout the thread is left behind (detached): the test fails
+// instead of hanging, and the process ends after the test.
+inline std::string run_with_timeout(std::function<void()> fn, double seconds) {
+  auto done = std::make_shared<std::promise<std::string>>();
+  auto result = done->get_future();
+  std::thread([fn = std::move(fn), done] {
+    try {
+      fn();
+      done->set_value("");
+    } catch (const std::exception& e) {
+      done->set_value(std::string("threw: ") + e.what());
+    } catch (...) {
+      done->set_value("threw: (not a std::exception)");
+    }
+  }).detach();
+  if (result.wait_for(std::chrono::duration<double>(seconds)) != std::future_status::ready) return "timeout";
+  return result.get();
+}
+
+// y = x * scale + shift, parameter-free; it remembers nothing. Distinct constants per
+// layer make the composition order visible in the output.
+class AffineImpl : public torch::nn::Module {
+ public:
+  AffineImpl(double scale, double shift) : scale_(scale), shift_(shift) {}
+  torch::Tensor forward(torch::Tensor x) { return x * scale_ + shift_; }
+
+ private:
+  double scale_, shift_;
+};
+TORCH_MODULE(Affine);
+
+// Calls a function on every forward (to observe threads, timing, grad mode), then
+// returns its input unchanged.
+class ProbeImpl : public torch::nn::Module {
+ public:
+  explicit ProbeImpl(std::function<void(const torch::Tensor&)> fn) : fn_(std::move(fn)) {}
+  torch::Tensor forward(torch::Tensor x) {
+    fn_(x);
+    return x;
+  }
+
+ private:
+  std::function<void(const torch::Tensor&)> fn_;
+};
+TORCH_MODULE(Probe);
+
+}  // namespace kit::test

@@ -1,0 +1,86 @@
+// Synthetic metrics files for the plots suite, in the training loop's format.
+#pragma once
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace plots_test {
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+// A fresh directory of this test's own, removed at the end of the test.
+class TempDir {
+ public:
+  TempDir() {
+    std::string pattern = (fs::temp_directory_path() / "kit_plots_test_XXXXXX").string();
+    if (!mkdtemp(pattern.data())) throw std::runtime_error("mkdtemp failed in " + fs::temp_directory_path().string());
+    path_ = pattern;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  std::string operator/(const std::string& name) const { return (fs::path(path_) / name).string(); }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+inline json epoch(int64_t e, int rank, int world_size, double time, double tokens_per_sec,
+                  std::vector<double> batch_losses = {3.0, 2.5}) {
+  double mean = 0;
+  for (double l : batch_losses) mean += l;
+  mean = batch_losses.empty() ? 0 : mean / batch_losses.size();
+  return {{"epoch", e},
+          {"rank", rank},
+          {"world_size", world_size},
+          {"batches", batch_losses.size()},
+          {"tokens", static_cast<int64_t>(time * tokens_per_sec)},
+          {"training_time", time},
+          {"tokens_per_sec", tokens_per_sec},
+          {"train_loss", mean},
+          {"validation_loss", nullptr},
+          {"batch_losses", batch_losses}};
+}
+
+inline json run_file(const std::string& program, int world_size, int64_t batch_size, const std::vector<json>& epochs,
+                     const std::string& mode = "") {
+  json run = {{"program", program}, {"preset", "tiny"}, {"world_size", world_size}, {"batch_size", batch_size}};
+  if (!mode.empty()) run["mode"] = mode;
+  return {{"run", run}, {"epochs", epochs}};
+}
+
+inline void write_text(const std::string& path, const std::string& text) {
+  fs::create_directories(fs::path(path).parent_path());
+  std::ofstream(path) << text;
+}
+inline void write_json(const std::string& path, const json& j) { write_text(path, j.dump(2)); }
+
+inline std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// The message of the exception `f` throws, or "" when it throws none.
+template <typename Exception, typename F>
+std::string message_of(F&& f) {
+  try {
+    f();
+  } catch (const Exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace plots_test
