@@ -66,7 +66,7 @@ DataPartitioner::DataPartitioner(std::shared_ptr<const ExampleSource> data, std:
     const auto len = std::min(static_cast<size_t>(std::floor(s * static_cast<double>(n) + 1e-9)),
                               positions.size() - begin);
     partitions_.emplace_back(positions.begin() + begin, positions.begin() + begin + len);
-    (void)begin;
+    begin += len;
   }
   // END SOLUTION
 }

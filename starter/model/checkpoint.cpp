@@ -47,7 +47,7 @@ bool is_hf_mask_buffer(const std::string& name) {
 }
 
 CheckpointLayout detect_layout(const TensorDict& dict, const GPT2Config& cfg) {
-  for (const std::string prefix : {std::string(), kHfPrefix}) {
+  for (const std::string& prefix : {std::string(), kHfPrefix}) {
     auto it = dict.find(prefix + "h.0.attn.c_attn.weight");
     if (it == dict.end()) continue;
     auto shape = it->value().sizes().vec();
@@ -191,16 +191,19 @@ TensorDict load_tensor_dict(const std::string& path) {
   try {
     value = torch::pickle_load(bytes);
   } catch (const c10::Error& e) {
-    throw Error("checkpoint '" + path + "' is not a file written by torch.save (zip format): " +
-                e.what_without_backtrace() +
+    const std::string why = e.what_without_backtrace();
+    if (why.find("GenericDict but got None") != std::string::npos)  // how the reader sees an OrderedDict
+      throw Error("checkpoint '" + path + "' holds a Python OrderedDict (what model.state_dict() returns), which "
+                  "LibTorch cannot read: save a plain dict in Python with torch.save(dict(model.state_dict()), p)");
+    throw Error("checkpoint '" + path + "' is not a file written by torch.save: " + why +
                 ". Files from before PyTorch 1.6 use an older format: re-save them in Python with "
                 "torch.save(dict(torch.load(p)), p)");
+  } catch (const std::exception& e) {
+    throw Error("checkpoint '" + path + "' could not be read: " + e.what());
   }
   if (!value.isGenericDict())
     throw Error("checkpoint '" + path + "' holds a " + value.tagKind() +
-                ", not a dict of named tensors" +
-                (value.isNone() ? " (a Python OrderedDict such as model.state_dict() reads as None here)" : "") +
-                ": save it in Python with torch.save(dict(model.state_dict()), p)");
+                ", not a dict of named tensors: save it in Python with torch.save(dict(model.state_dict()), p)");
   TensorDict dict;
   for (const auto& e : value.toGenericDict()) {
     if (!e.key().isString() || !e.value().isTensor())

@@ -15,6 +15,7 @@ namespace {
 struct Shape {
   int64_t m, n;
 };
+void PrintTo(const Shape& s, std::ostream* os) { *os << "m " << s.m << ", n " << s.n; }
 
 std::string show(const Schedule& s, int64_t n) { return "\n" + format_schedule_table(s, n); }
 

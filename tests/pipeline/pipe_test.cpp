@@ -90,6 +90,7 @@ void expect_same_gradients(const Gradients& want, const Gradients& got, const st
 struct Sizes {
   int64_t batch, split;
 };
+void PrintTo(const Sizes& s, std::ostream* os) { *os << "batch " << s.batch << ", split_size " << s.split; }
 
 class PipeMatchesPlainModel : public ::testing::TestWithParam<Sizes> {};
 
