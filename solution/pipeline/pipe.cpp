@@ -100,7 +100,7 @@ void PipeImpl::compute(std::vector<torch::Tensor>& batches, const Clock& clock) 
       if (!first_error) first_error = result.error;
       continue;
     }
-    batches[static_cast<size_t>(clock[clock.size() - 1 - static_cast<size_t>(&step - &clock[0])].microbatch)] = result.output;
+    batches[static_cast<size_t>(result.step.microbatch)] = result.output;
   }
   if (first_error) std::rethrow_exception(first_error);
   // END SOLUTION

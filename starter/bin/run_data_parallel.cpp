@@ -144,7 +144,7 @@ int worker_main(const DpOptions& o, const kit::WorldInfo& world) {
 
   const torch::Device device = kit::dist::device();
   auto model = kit::build_model(kit::model_config(o.run), data.tokenizer->vocab_size(), o.run.data.seq_len,
-                                o.run.train.seed + static_cast<uint64_t>(rank));  // PLANTED
+                                o.run.train.seed);
   model->to(device);
   // Seeding alone is not enough to guarantee equal weights (a rank may have consumed
   // random numbers differently, or run on another machine): rank 0's weights win.

@@ -28,9 +28,11 @@ namespace {
 // The main loop of a worker thread: run tasks until told to stop. Every exception a task
 // throws is caught and sent back, so the caller always gets exactly one Result per Task.
 void worker_main(InQueue& in, OutQueue& out, StageDevice stage, int threads) {
-  // OpenMP keeps the intra-op thread count per thread and a new thread starts with its
-  // default, every core: n workers would then run n * cores threads. With the native
-  // backend the count is one global setting; setting an equal value there is a no-op.
+  // With OpenMP (LibTorch's usual backend) the intra-op thread count is kept per thread,
+  // and a new thread starts with OpenMP's default (every core) or with whatever count some
+  // other thread set last, depending on the LibTorch version. Either way it is not the
+  // count this stage was given: set it here. (n stages on all cores each would run
+  // n * cores threads.) The native backend has one global count; an equal value is a no-op.
   if (at::get_num_threads() != threads) at::set_num_threads(threads);
   // The current device is per thread too (it matters for CUDA stages only).
   c10::OptionalDeviceGuard device_guard;

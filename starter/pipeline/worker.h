@@ -13,7 +13,8 @@
 //     back across the threads;
 //   - the current device (for CUDA stages): each worker makes its stage's device current.
 // And one more that matters on a CPU: OpenMP keeps the intra-op thread count per thread,
-// so a new thread would use every core. Each worker sets the configured count itself.
+// so a new thread does not get the count the caller configured. Each worker sets the
+// count it is given (threads_per_worker) itself.
 #pragma once
 #include <torch/types.h>
 

@@ -205,15 +205,16 @@ TEST(PipeMicrobatches, LayoutABAComputesInLayerOrder) {
 
 TEST(PipeErrors, ExceptionInAStageReachesTheCaller) {
   std::atomic<bool> fail{true};
+  // y = 2x + 3 over three stages; stage 1 throws on micro-batch 2 (rows 4, 5: 2x = 8, 10).
   torch::nn::Sequential seq(
-      WithDevice(Affine(1, 0), stage(0)),
+      WithDevice(Affine(2, 0), stage(0)),
       WithDevice(Probe([&](const torch::Tensor& x) {
-                   if (fail && x[0][0].item<double>() == 4) throw std::runtime_error("stage 1 failed on purpose");
+                   if (fail && x[0][0].item<double>() == 8) throw std::runtime_error("stage 1 failed on purpose");
                  }),
                  stage(1)),
-      WithDevice(Affine(1, 0), stage(2)));
+      WithDevice(Affine(1, 3), stage(2)));
   Pipe pipe(seq, 2, 1);
-  const auto x = torch::arange(8, torch::kFloat64).unsqueeze(1);  // micro-batch 2 starts with row 4
+  const auto x = torch::arange(8, torch::kFloat64).unsqueeze(1);
   const std::string status = run_with_timeout([&] { pipe->forward(x); }, kHangSeconds);
   ASSERT_NE(status, "timeout") << "forward hung after a stage threw: the worker's error must come back as a Result";
   ASSERT_NE(status, "") << "forward returned normally although stage 1 threw on micro-batch 2: the error was "
@@ -221,13 +222,18 @@ TEST(PipeErrors, ExceptionInAStageReachesTheCaller) {
   EXPECT_NE(status.find("stage 1 failed on purpose"), std::string::npos)
       << "the caller must see the stage's own exception, got: " << status;
 
-  // Nothing of the failed call may leak into the next one.
+  // Nothing of the failed call may leak into the next one (new input, so stale results show).
   fail = false;
+  const auto x2 = x + 100;
   torch::Tensor y;
-  ASSERT_EQ(run_with_timeout([&] { y = pipe->forward(x); }, kHangSeconds), "");
-  EXPECT_LE(max_abs_diff(y, x), kTol) << "after an error, the next forward returned wrong rows: results of the "
-                                         "failed call were left in the queues (collect all of a clock's results "
-                                         "before re-throwing)";
+  ASSERT_EQ(run_with_timeout([&] { y = pipe->forward(x2); }, kHangSeconds), "");
+  ASSERT_TRUE(y.defined() && y.sizes() == x2.sizes()) << "the call after an error returned no or a wrong-sized output";
+  for (int64_t i = 0; i < 4; ++i) {
+    const double d = max_abs_diff(y.slice(0, 2 * i, 2 * i + 2), x2.slice(0, 2 * i, 2 * i + 2) * 2 + 3);
+    EXPECT_LE(d, kTol) << "after an error, the next forward got micro-batch " << i << " wrong (max abs difference "
+                       << d << "): results of the failed call were left in the queues and picked up by this one. "
+                          "Collect all of a clock's results before re-throwing.";
+  }
 }
 
 TEST(PipeErrors, ExceptionInTheFirstStageOnTheFirstClock) {
