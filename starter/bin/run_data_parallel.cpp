@@ -135,8 +135,9 @@ int worker_main(const DpOptions& o, const kit::WorldInfo& world) {
   kit::setup(rank, W, o.backend);  // Problem 1.2
   kit::set_threads(o.run.train.threads);
 
-  // Rank 0 generates the corpus and trains the tokenizer when they are missing; the
-  // others wait and then read its files, so no two processes write them at once.
+  // Rank 0 generates the corpus and trains the tokenizer when they are missing (under
+  // srun or torchrun; the kit's launcher has done it already); the others wait and then
+  // read its files, so no two processes write them at once.
   kit::TrainingData data;
   if (rank == 0) data = kit::load_training_data(o.run.data);
   kit::dist::barrier();
@@ -241,7 +242,10 @@ int launcher_main(const DpOptions& o) {
   if (o.run.train.batch_size % W != 0)
     throw kit::Error("--batch-size " + std::to_string(o.run.train.batch_size) + " is not divisible by --world-size " +
                      std::to_string(W) + ": the global batch is split equally across the ranks");
-  kit::RendezvousServer server(kit::choose_port(o.port));
+  kit::RendezvousServer server(kit::choose_port(o.port));  // first: a busy port fails fast
+  // Generate the corpus and train the tokenizer (when missing) once, here, so the
+  // workers only read them and never wait for each other's data preparation.
+  kit::Tokenizer::train_or_load(o.run.data, kit::load_corpus(o.run.data).train);
   std::cout << "starting " << W << " worker" << (W > 1 ? "s" : "") << " (" << o.backend << "), rendezvous at "
             << server.rendezvous().master_addr << ":" << server.rendezvous().master_port << std::endl;
   kit::launch_workers(W, server.rendezvous());  // Problem 1.2

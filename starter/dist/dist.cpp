@@ -99,6 +99,13 @@ void run(const char* what, Start&& start) {
   }
 }
 
+// Writes a reduced buffer back into a non-contiguous tensor, without autograd seeing it
+// (the tensor may be a parameter).
+void copy_back(const torch::Tensor& dst, const torch::Tensor& src) {
+  torch::NoGradGuard no_grad;
+  dst.copy_(src);
+}
+
 void check_tensor(const torch::Tensor& t, const char* what) {
   if (!t.defined())
     throw Error(std::string("dist::") + what + ": the tensor is undefined (e.g. a parameter without a gradient)");
@@ -251,7 +258,7 @@ void all_reduce(const torch::Tensor& tensor, ReduceOp op) {
   c10d::AllreduceOptions o;
   o.reduceOp = to_c10d(op);
   run("all_reduce", [&](compat::C10dBackend& b) { return b.allreduce(v, o); });
-  if (!v[0].is_same(tensor)) tensor.copy_(v[0]);
+  if (!v[0].is_same(tensor)) copy_back(tensor, v[0]);
 }
 
 void broadcast(const torch::Tensor& tensor, int src) {
@@ -263,7 +270,7 @@ void broadcast(const torch::Tensor& tensor, int src) {
   c10d::BroadcastOptions o;
   o.rootRank = src;
   run("broadcast", [&](compat::C10dBackend& b) { return b.broadcast(v, o); });
-  if (!v[0].is_same(tensor)) tensor.copy_(v[0]);
+  if (!v[0].is_same(tensor)) copy_back(tensor, v[0]);
 }
 
 void barrier() {
@@ -295,7 +302,7 @@ void recv(const torch::Tensor& tensor, int src, int tag) {
   c_recv_bytes += nbytes(tensor);
   std::vector<torch::Tensor> v{tensor.is_contiguous() ? tensor : tensor.contiguous()};
   run("recv", [&](compat::C10dBackend& b) { return b.recv(v, src, tag); });
-  if (!v[0].is_same(tensor)) tensor.copy_(v[0]);
+  if (!v[0].is_same(tensor)) copy_back(tensor, v[0]);
 }
 
 void destroy_process_group() {

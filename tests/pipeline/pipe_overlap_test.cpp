@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include <chrono>
+#include <iomanip>
 #include <mutex>
 
 #include "pipeline/pipe.h"
@@ -57,7 +58,7 @@ TEST_F(PipeOverlap, WallTimeIsCloseToMPlusNMinusOneUnits) {
   const double pipelined = (kMicrobatches + kStages - 1) * unit, sequential = kMicrobatches * kStages * unit;
   // Generous: anything clearly below the sequential time shows that stages overlapped.
   EXPECT_LT(seconds, 0.75 * sequential)
-      << "the pipe took " << seconds << " s; a pipeline needs about (m + n - 1) units = " << pipelined
+      << std::setprecision(3) << "the pipe took " << seconds << " s; a pipeline needs about (m + n - 1) units = " << pipelined
       << " s, running the steps one after another m * n units = " << sequential
       << " s. Put every task of a clock on its worker's queue before waiting for any result.";
   EXPECT_GE(seconds, 0.95 * pipelined) << "faster than the schedule allows: did every step run?";

@@ -192,7 +192,7 @@ TEST(PipeMicrobatches, LayoutABAComputesInLayerOrder) {
   torch::nn::Sequential seq(WithDevice(Affine(2, 0), stage(0)), WithDevice(Affine(1, 5), stage(1)),
                             WithDevice(Affine(3, 0), stage(0)));
   Pipe pipe(seq, 2, 1);
-  ASSERT_EQ(pipe->partitions().size(), 3u);
+  ASSERT_EQ(pipe->partitions().size(), 3u) << "stages 0, 1, 0 are three partitions";
   EXPECT_EQ(pipe->workers().num_workers(), 2u) << "partitions on the same stage share its worker";
   const auto x = torch::arange(6, torch::kFloat64).unsqueeze(1);
   torch::Tensor y;
