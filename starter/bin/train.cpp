@@ -7,6 +7,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "model/checkpoint.h"
 #include "project/cli.h"
 #include "train/loop.h"
 
@@ -15,11 +16,15 @@ int main(int argc, char** argv) {
   kit::RunOptions opts;
   opts.out = "runs/train.json";
   kit::add_run_options(app, opts);
+  std::string save, init;
+  app.add_option("--init", init, "Start from this checkpoint (kit or Hugging Face GPT-2 layout)");
+  app.add_option("--save", save, "Export the trained parameters here (a dict torch.load reads)");
   return kit::guarded_main(argc, argv, app, [&] {
     kit::set_threads(opts.train.threads);
     auto data = kit::load_training_data(opts.data);
     auto model = kit::build_model(kit::model_config(opts), data.tokenizer->vocab_size(), opts.data.seq_len,
                                   opts.train.seed);
+    if (!init.empty()) kit::import_checkpoint(*model, init);
     auto optimizer = kit::make_optimizer(*model, opts.train);
     kit::DataLoader train(data.train, opts.train.batch_size);
     kit::DataLoader valid(data.valid, opts.train.batch_size);
@@ -45,6 +50,10 @@ int main(int argc, char** argv) {
                            {"seq_len", opts.data.seq_len}, {"initial_validation_loss", initial}};
     kit::write_metrics_json(opts.out, epochs, info);
     std::cout << "metrics: " << opts.out << "\n";
+    if (!save.empty()) {
+      kit::export_checkpoint(*model, save);
+      std::cout << "checkpoint: " << save << "\n";
+    }
     return 0;
   });
 }

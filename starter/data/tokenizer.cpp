@@ -111,8 +111,10 @@ std::unordered_map<std::string, std::string> trainer_options(int64_t vocab_size)
       {"input_sentence_size", "0"},
       {"shuffle_input_sentence", "false"},
       {"num_threads", "1"},
-      // Errors only: SentencePiece logs every training step to stderr by default.
-      {"minloglevel", "2"},
+      // Silent (fatal only): SentencePiece logs every training step by default, and its
+      // std::cerr is not safe to use from the isolated module (data/spm/shim.h). Failures
+      // still come back, as status messages.
+      {"minloglevel", "3"},
   };
 }
 

@@ -395,7 +395,7 @@ TEST_F(Encoding, PairIsSourceEosTargetEosThenPadding) {
   // labels j = S .. S + G. Not for the source, not for <eos_de>, not for padding.
   for (int64_t j = 0; j < seq_len; ++j) {
     const bool expected = j >= S && j <= S + G;
-    EXPECT_EQ(ex.loss_mask[j], expected ? 1 : 0)
+    EXPECT_EQ(static_cast<int>(ex.loss_mask[j]), expected ? 1 : 0)
         << "mask at label " << j << " (label token " << ex.tokens[j + 1] << "; source has " << S
         << " tokens, target " << G << ")";
   }
@@ -447,12 +447,18 @@ TEST_F(Encoding, CollateStacksInputsShiftedLabelsAndMask) {
   EXPECT_EQ(b.size(), 3);
   EXPECT_EQ(b.num_tokens(), 72);
   EXPECT_EQ(b.indices, (std::vector<int64_t>{10, 11, 12}));
-  for (int r = 0; r < 3; ++r)
-    for (int j = 0; j < 24; ++j) {
-      EXPECT_EQ(b.input[r][j].item<int64_t>(), examples[r].tokens[j]);
-      EXPECT_EQ(b.labels[r][j].item<int64_t>(), examples[r].tokens[j + 1]) << "labels are the input shifted by one";
-      EXPECT_EQ(b.mask[r][j].item<float>(), static_cast<float>(examples[r].loss_mask[j]));
-    }
+  auto row = [](const torch::Tensor& t, int r) {
+    const torch::Tensor x = t[r].to(torch::kFloat64).contiguous();
+    return std::vector<double>(x.data_ptr<double>(), x.data_ptr<double>() + x.numel());
+  };
+  for (int r = 0; r < 3; ++r) {
+    const auto& tok = examples[r].tokens;
+    EXPECT_EQ(row(b.input, r), std::vector<double>(tok.begin(), tok.end() - 1)) << "row " << r << ": input = tokens[0, T)";
+    EXPECT_EQ(row(b.labels, r), std::vector<double>(tok.begin() + 1, tok.end()))
+        << "row " << r << ": labels must be the tokens shifted by one, tokens[1, T]";
+    EXPECT_EQ(row(b.mask, r), std::vector<double>(examples[r].loss_mask.begin(), examples[r].loss_mask.end()))
+        << "row " << r << ": mask = the example's loss_mask";
+  }
 
   examples[1] = encode_pair(pairs[1], *tok_, 20);
   EXPECT_MENTIONS(error_of([&] { collate(examples); }), "seq_len");

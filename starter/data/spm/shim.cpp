@@ -15,7 +15,21 @@ struct kit_spm {
   sentencepiece::SentencePieceProcessor sp;
 };
 
+// SentencePiece's log switch. Not in its public headers, so declared here; weak, so a
+// build whose library lacks it still loads (training passes minloglevel as well).
+namespace sentencepiece {
+namespace logging {
+void SetMinLogLevel(int v) __attribute__((weak));
+}  // namespace logging
+}  // namespace sentencepiece
+
 namespace {
+
+// Silence from the moment the module is loaded, before any model is read: see shim.h.
+const bool kQuiet = [] {
+  if (&sentencepiece::logging::SetMinLogLevel) sentencepiece::logging::SetMinLogLevel(3);
+  return true;
+}();
 
 char* copy_out(const std::string& s) {
   char* p = static_cast<char*>(std::malloc(s.size() + 1));

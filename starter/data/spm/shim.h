@@ -9,6 +9,10 @@
 // never sees it. A plain C interface also keeps C++ ABI differences (a LibTorch built
 // with the old std::string ABI) away from the boundary.
 //
+// One catch of RTLD_DEEPBIND: the module's std::cerr may be a copy that was never
+// constructed (the program's own copy is the live one), so SentencePiece must not log:
+// the tokenizer trains with minloglevel=3 and gets every error back as a message.
+//
 // Conventions: functions returning int return 0 on success. On failure they set *err
 // (when err is not null) to a message allocated with malloc; free every buffer this
 // module returns with kit_spm_free.
