@@ -8,9 +8,9 @@
 namespace kit {
 
 // Walk the layers in order and keep a "current" partition:
-//   1. Find the layer's stage. If the layer is a WithDevice (layer->as<WithDeviceImpl>()
-//      is not null), its stage() is the answer, and its module() is the layer to keep.
-//      Otherwise ask stage_of_parameters(name, layer).
+//   1. Find the layer's stage. If the layer is a WithDevice (for an AnyModule `any`,
+//      any.ptr()->as<WithDeviceImpl>() is not null), its stage() is the answer and its
+//      module() the layer to keep. Otherwise ask stage_of_parameters(name, *any.ptr()).
 //   2. When the stage differs from the current partition's stage, close the current
 //      partition (push it and its stage to the result) and open a new one. Compare with
 //      the PREVIOUS layer only: grouping layers by stage in a map would merge A, B, A

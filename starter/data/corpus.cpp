@@ -114,7 +114,8 @@ struct DirState {
 
 DirState inspect(const std::string& dir) {
   DirState st;
-  for (const char* split : kSplits) (fs::exists(split_path(dir, split)) ? st.present : st.missing).push_back(split);
+  std::error_code ec;  // an unreadable directory counts as empty; creating files there then fails clearly
+  for (const char* split : kSplits) (fs::exists(split_path(dir, split), ec) ? st.present : st.missing).push_back(split);
   std::ifstream in(fs::path(dir) / kStampName);
   if (in) st.stamp.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
   return st;
@@ -162,8 +163,10 @@ void check_sizes(const DataConfig& cfg) {
 }  // namespace
 
 std::vector<TranslationPair> read_parallel_tsv(const std::string& path) {
-  if (!fs::exists(path))
-    throw Error(path + ": file not found. Fix: supply train.tsv, valid.tsv and test.tsv in the corpus directory "
+  std::error_code ec;
+  if (!fs::exists(path, ec))
+    throw Error(path + (ec ? ": cannot be accessed (" + ec.message() + ")." : std::string(": file not found.")) +
+                " Fix: supply train.tsv, valid.tsv and test.tsv in the corpus directory "
                 "(format in starter/data/corpus.h), or point --data-dir at an empty directory to get the toy corpus.");
   if (fs::is_directory(path)) throw Error(path + ": is a directory, expected a .tsv file");
   std::ifstream in(path, std::ios::binary);

@@ -16,7 +16,6 @@
 //
 // Same seed, same pairs, on every machine: the only randomness is data/splitmix64.h with
 // integer arithmetic (std::uniform_int_distribution differs between standard libraries).
-#include <cctype>
 #include <string>
 #include <unordered_set>
 #include <vector>
@@ -205,7 +204,7 @@ class ToyGrammar {
       for (size_t i = 0; i < s.size(); ++i)
         if (s[i] == 'i' && (i == 0 || s[i - 1] == ' ') && (i + 1 == s.size() || s[i + 1] == ' ')) s[i] = 'I';
     }
-    s[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(s[0])));
+    if (s[0] >= 'a' && s[0] <= 'z') s[0] = static_cast<char>(s[0] - 'a' + 'A');  // ASCII: no locale
     return s + ".";
   }
 
