@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# The main job: install what is missing, build the reference solution, run the four
+# benchmark configurations on the generated toy corpus, and draw the figures.
+#   scripts/main_job.sh                 # ~10 minutes on a 2-core machine
+#   EPOCHS=5 N_TRAIN=5000 scripts/main_job.sh    # the full-size run (longer)
+# Figures and summary.json land in submit_figures/; the runs' JSON in runs/.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD=${BUILD:-build}
+PRESET=${PRESET:-cpu-small}
+EPOCHS=${EPOCHS:-3}       # the first is a warm-up and is dropped from the figures
+N_TRAIN=${N_TRAIN:-1280}  # 20 batches of 64 per epoch
+N_VALID=${N_VALID:-200}
+COMMON=(--preset "$PRESET" --epochs "$EPOCHS" --n-train "$N_TRAIN" --n-valid "$N_VALID" --threads 1 --no-progress)
+step() { printf '\n== [%s] %s\n' "$(date +%H:%M:%S)" "$*"; }
+start=$(date +%s)
+
+step "1/7 packages"
+scripts/install_deps.sh
+step "2/7 build (reference solution)"
+cmake -S . -B "$BUILD" -DKIT_SOLUTION=ON -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build "$BUILD" -j "$(nproc)" --target run_data_parallel run_pipeline plot_figures doctor
+
+step "3/7 what this machine can give: GEMM rate of one process, then of two at once"
+one=$("$BUILD/doctor" --gemm-only --seconds 2)
+"$BUILD/doctor" --gemm-only --seconds 2 >/tmp/kit_gemm_a.$$ & a=$!
+"$BUILD/doctor" --gemm-only --seconds 2 >/tmp/kit_gemm_b.$$ & b=$!
+wait $a $b
+mkdir -p runs
+python3 - "$one" /tmp/kit_gemm_a.$$ /tmp/kit_gemm_b.$$ > runs/machine.json <<'PY'
+import json, sys
+one = json.loads(sys.argv[1])["gflops"]
+two = [json.load(open(p))["gflops"] for p in sys.argv[2:]]
+print(json.dumps({"gemm_gflops_one_process": one, "gemm_gflops_two_processes": two,
+                  "two_process_scaling": sum(two) / one, "cores": __import__("os").cpu_count()}))
+PY
+rm -f /tmp/kit_gemm_a.$$ /tmp/kit_gemm_b.$$
+python3 -c "import json;m=json.load(open('runs/machine.json'));print(f\"one process: {m['gemm_gflops_one_process']:.1f} GFLOP/s; two at once: {sum(m['gemm_gflops_two_processes']):.1f} GFLOP/s together = {m['two_process_scaling']:.2f}x one ({m['cores']} cores)\")"
+
+rm -rf runs/data_parallel runs/pipeline
+step "4/7 data parallel, world 1, batch 64"
+"$BUILD/run_data_parallel" --world-size 1 --batch-size 64 "${COMMON[@]}"
+step "5/7 data parallel, world 2, batch 128"
+"$BUILD/run_data_parallel" --world-size 2 --batch-size 128 "${COMMON[@]}"
+step "6/7 model parallel and pipeline parallel, 2 stages, batch 64"
+"$BUILD/run_pipeline" --mode model_parallel --stages 2 --batch-size 64 "${COMMON[@]}" --out runs/pipeline/model_parallel.json
+"$BUILD/run_pipeline" --mode pipeline_parallel --stages 2 --batch-size 64 --chunks 4 "${COMMON[@]}" --out runs/pipeline/pipeline_parallel.json
+
+step "7/7 figures"
+"$BUILD/plot_figures" --single runs/data_parallel/world1 --out submit_figures
+python3 - <<'PY'
+import json
+m = json.load(open("runs/machine.json"))
+print(f"\nOn this machine two processes together get {m['two_process_scaling']:.2f}x the GEMM throughput of one "
+      f"({m['cores']} cores). Data parallelism can speed training up by at most about that much here;\n"
+      "on a node with one GPU per rank the bound is the number of GPUs.")
+PY
+echo "figures: submit_figures/   runs: runs/   total $(( $(date +%s) - start )) s"
