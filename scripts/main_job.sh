@@ -47,7 +47,7 @@ step "6/7 model parallel and pipeline parallel, 2 stages, batch 64"
 "$BUILD/run_pipeline" --mode pipeline_parallel --stages 2 --batch-size 64 --chunks 4 "${COMMON[@]}" --out runs/pipeline/pipeline_parallel.json
 
 step "7/7 figures"
-"$BUILD/plot_figures" --single runs/data_parallel/world1 --out submit_figures
+"$BUILD/plot_figures" --out submit_figures
 python3 - <<'PY'
 import json
 m = json.load(open("runs/machine.json"))
