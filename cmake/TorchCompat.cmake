@@ -42,11 +42,12 @@ if(_wheel_libdirs)
   message(STATUS "CUDA libraries of the LibTorch wheel come first in the run path: ${_rpath}")
 endif()
 
-# 3. LibTorch builds that require C++20 (they say so with cxx_std_20): in C++20 mode
-#    GCC 12 warns falsely about `"literal" + std::string` (-Wstringop-overflow), all
-#    over code that is fine. LibTorch itself builds with the same switch.
+# 3. LibTorch builds that require C++20 (they say so with cxx_std_20): in C++20 mode,
+#    where std::string is constexpr, GCC 12 warns falsely about `"literal" + std::string`
+#    (-Wstringop-overflow, -Warray-bounds and -Wrestrict inside char_traits.h, GCC bugs
+#    105329 and 105651) in code that is fine. LibTorch builds with -Wno-stringop-overflow.
 get_target_property(_features torch INTERFACE_COMPILE_FEATURES)
 if(_features AND "cxx_std_20" IN_LIST _features AND CMAKE_CXX_COMPILER_ID STREQUAL "GNU"
    AND CMAKE_CXX_COMPILER_VERSION VERSION_LESS 13)
-  add_compile_options(-Wno-stringop-overflow)
+  add_compile_options(-Wno-stringop-overflow -Wno-array-bounds -Wno-restrict)
 endif()

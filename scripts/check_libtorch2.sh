@@ -85,5 +85,5 @@ t4=$(date +%s)
 say "report"
 echo "torch $TORCH_VERSION (CUDA $TORCH_CUDA); configure $((t1 - t0)) s, build $((t2 - t1)) s, tests $((t4 - t3)) s"
 grep -E "tests passed|tests failed" "$LOG.ctest.log" | tail -1
-echo "skipped: $(grep -c "Skipped" "$LOG.ctest.log")"
+echo "skipped: $(grep -c "\*\*\*Skipped" "$LOG.ctest.log")"
 exit "$rc"

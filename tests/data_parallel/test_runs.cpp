@@ -20,6 +20,7 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -225,8 +226,13 @@ TEST(DataParallelRun, TwoRanksStartedByTheKitMatchOneProcessOnTheFullBatch) {
 
 // torchrun-style: the test starts the two ranks itself with RANK, WORLD_SIZE,
 // LOCAL_RANK, MASTER_ADDR, MASTER_PORT; rank 0 serves the rendezvous.
-TEST(DataParallelRun, TwoRanksFromTorchrunStyleVariablesMatchOneProcess) {
-  dp_test::TempDir dir("torchrun");
+using EnvList = std::vector<std::pair<std::string, std::string>>;
+
+// Starts two ranks of the program the way an outside launcher would: each with its own
+// environment (no kit launcher, no store served by a parent), then checks them.
+void run_two_ranks_from_environment(const char* name,
+                                    const std::function<EnvList(int rank, const std::string& port)>& env) {
+  dp_test::TempDir dir(name);
   Tiny tiny(dir);
   // Rank 0 prepares the data while rank 1 waits; both then read it. Prepare it first
   // here anyway so the ranks start together.
@@ -236,9 +242,8 @@ TEST(DataParallelRun, TwoRanksFromTorchrunStyleVariablesMatchOneProcess) {
   for (int r = 0; r < 2; ++r) {
     kit::Command cmd;
     cmd.argv = tiny.save_args();
-    cmd.env = {{"RANK", std::to_string(r)}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", std::to_string(r)},
-               {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", port}, {"KIT_STORE_HOSTED", ""},
-               {"KIT_DIST_TIMEOUT", "30"}};
+    cmd.env = env(r, port);
+    cmd.env.insert(cmd.env.end(), {{"KIT_STORE_HOSTED", ""}, {"KIT_DIST_TIMEOUT", "30"}});
     cmd.output = dir / ("rank" + std::to_string(r) + ".log");
     ranks.emplace_back(cmd, r);
   }
@@ -251,6 +256,24 @@ TEST(DataParallelRun, TwoRanksFromTorchrunStyleVariablesMatchOneProcess) {
     ASSERT_EQ(ranks[r].exitcode(), std::optional<int>(0))
         << "rank " << r << " " << ranks[r].describe_exit() << ":\n" << dp_test::read_file(dir / ("rank" + std::to_string(r) + ".log"));
   expect_matches_single_process(tiny, 2);
+}
+
+TEST(DataParallelRun, TwoRanksFromTorchrunStyleVariablesMatchOneProcess) {
+  run_two_ranks_from_environment("torchrun", [](int r, const std::string& port) -> EnvList {
+    return {{"RANK", std::to_string(r)}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", std::to_string(r)},
+            {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", port}};
+  });
+}
+
+// What srun gives each task of a step (the port is set as a job script may, so that
+// concurrent test runs never share one).
+TEST(DataParallelRun, TwoRanksFromSrunVariablesMatchOneProcess) {
+  run_two_ranks_from_environment("srun", [](int r, const std::string& port) -> EnvList {
+    return {{"SLURM_PROCID", std::to_string(r)}, {"SLURM_NTASKS", "2"}, {"SLURM_LOCALID", std::to_string(r)},
+            {"SLURM_STEP_ID", "0"}, {"SLURM_JOB_ID", "4242"}, {"SLURM_NODELIST", "localhost"},
+            {"SLURM_STEP_NODELIST", "localhost"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", port},
+            {"RANK", ""}, {"WORLD_SIZE", ""}};
+  });
 }
 
 TEST(DataParallelRun, AWorldOfOneMatchesOneProcess) {
