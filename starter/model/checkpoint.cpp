@@ -1,5 +1,8 @@
 #include "model/checkpoint.h"
 
+#include <caffe2/serialize/inline_container.h>
+#include <torch/csrc/jit/serialization/export.h>
+#include <torch/csrc/jit/serialization/pickler.h>
 #include <torch/torch.h>
 
 #include <fstream>
@@ -175,8 +178,30 @@ void load_state_dict(GPT2Impl& model, const TensorDict& dict, CheckpointLayout l
   for (auto& p : model.named_parameters()) p.value().copy_(tensors.at(p.key()));
 }
 
+// torch::pickle_save's format, but the dict goes in untagged: a typed dict is otherwise
+// wrapped in torch.jit._pickle.restore_type_tag, which torch.load of PyTorch >= 2.6 refuses
+// by default (weights_only=True). Untagged, it is the plain dict torch.save writes.
+namespace {
+std::vector<char> pickle_plain(const TensorDict& dict) {
+  std::vector<char> pickle;
+  torch::jit::Pickler pickler([&](const char* b, size_t n) { pickle.insert(pickle.end(), b, b + n); }, nullptr,
+                              nullptr, nullptr, nullptr, /*tag_aggregates=*/false);
+  pickler.protocol();
+  pickler.pushIValue(c10::IValue(dict));
+  pickler.stop();
+  std::vector<char> bytes;
+  caffe2::serialize::PyTorchStreamWriter writer([&](const void* b, size_t n) {
+    bytes.insert(bytes.end(), static_cast<const char*>(b), static_cast<const char*>(b) + n);
+    return n;
+  });
+  torch::jit::writeArchiveAndTensors("data", pickle.data(), pickle.size(), pickler.tensorData(), writer);
+  writer.writeEndOfFile();
+  return bytes;
+}
+}  // namespace
+
 void save_tensor_dict(const TensorDict& dict, const std::string& path) {
-  const std::vector<char> bytes = torch::pickle_save(dict);
+  const std::vector<char> bytes = pickle_plain(dict);
   std::ofstream out(path, std::ios::binary);
   out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
   out.close();
