@@ -28,9 +28,11 @@ from pathlib import Path
 
 KIT = Path(__file__).resolve().parent.parent
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-# What a clean copy of the kit leaves out: builds, VCS, the reference solution, local data.
-COPY_IGNORE = shutil.ignore_patterns(".git", "build*", "solution", "data", "runs", "__pycache__", "*.pyc",
-                                     "wrong_submissions", ".venv*")
+# What a clean copy of the kit leaves out: builds, VCS, the reference solution, local data,
+# figures and the grader's own wrong submissions. TOP_IGNORE applies only at the kit's root
+# (starter/data/ is given code and must be copied).
+TOP_IGNORE = shutil.ignore_patterns("build*", "solution", "data", "runs", "submit_figures", ".venv*")
+ANY_IGNORE = shutil.ignore_patterns(".git", "__pycache__", "*.pyc", "wrong_submissions")
 
 
 def load_rubric(kit=KIT):
@@ -84,9 +86,11 @@ def sync_tree(src: Path, dst: Path, skip=()):
     """Copy src to dst but `skip` (relative paths), rewriting only files whose content changed
     (keeps rebuilds incremental)."""
     for dirpath, dirnames, filenames in os.walk(src):
-        ignored = COPY_IGNORE(dirpath, dirnames + filenames)
-        dirnames[:] = [d for d in dirnames if d not in ignored]
         rel = Path(dirpath).relative_to(src)
+        ignored = ANY_IGNORE(dirpath, dirnames + filenames)
+        if rel == Path("."):
+            ignored |= TOP_IGNORE(dirpath, dirnames + filenames)
+        dirnames[:] = [d for d in dirnames if d not in ignored]
         (dst / rel).mkdir(parents=True, exist_ok=True)
         for name in filenames:
             if name in ignored or str(rel / name) in skip:
@@ -125,31 +129,53 @@ def run(cmd, cwd, timeout, log):
 
 def compile_errors_by_file(output: str, student_files):
     """{student file: [error lines]} for the compiler errors that point into student files."""
-    errs = {}
-    for line in output.splitlines():
+    errs, lines = {}, output.splitlines()
+    for line in lines:
         for f in student_files:
             if re.search(r"starter/" + re.escape(f) + r":\d+(:\d+)?: (fatal )?error", line):
                 errs.setdefault(f, []).append(line.strip())
+    # An error reported inside a header (a template instantiated from the student file) names the
+    # header, not the file: make's "starter/<f>.o] Error" still says whose object failed.
+    for f in student_files:
+        if f not in errs and any(re.search(re.escape("starter/" + f) + r"\.o\].*Error", l) for l in lines):
+            others = [g for g in student_files if g != f]
+            errs[f] = [l.strip() for l in lines if re.search(r"\berror\b", l) and "make" not in l
+                       and not any("starter/" + g in l for g in others)][:20] or ["(see the build log)"]
     return errs
 
 
-def build(work: Path, build_dir: Path, jobs: int, timeout: int, log):
-    if not (build_dir / "CMakeCache.txt").exists():
+def build(work: Path, build_dir: Path, jobs: int, timeout: int, log, test_timeout=0):
+    cache = build_dir / "CMakeCache.txt"
+    want = f"KIT_TEST_TIMEOUT:STRING={test_timeout}"
+    if not cache.exists() or want not in cache.read_text(errors="replace"):
         rc, out = run(["cmake", "-S", str(work), "-B", str(build_dir), "-DKIT_SOLUTION=OFF",
-                       "-DCMAKE_BUILD_TYPE=Release"], work, timeout, log)
+                       "-DCMAKE_BUILD_TYPE=Release", f"-DKIT_TEST_TIMEOUT:STRING={test_timeout}"],
+                      work, timeout, log)
         if rc != 0:
             return rc, out
     return run(["cmake", "--build", str(build_dir), "-j", str(jobs)], work, timeout, log)
 
 
+def glob_to_cmake_regex(pattern: str) -> str:
+    """A ctest -R regex for a rubric glob (CMake's regex has no (?:...) groups, so not fnmatch.translate)."""
+    out = []
+    for c in pattern:
+        out.append(".*" if c == "*" else "." if c == "?" else "\\" + c if c in ".+^$()[]|\\" else c)
+    return "^" + "".join(out) + "$"
+
+
 def run_tests(build_dir: Path, patterns, jobs: int, timeout: int, log):
     """{test name: (passed, output)} for the ctest tests matching the patterns (skipped ones left out)."""
-    regex = "|".join("^" + fnmatch.translate(p).replace(r"\Z", "").replace("(?s:", "(?:") + "$" for p in patterns)
+    regex = "|".join(glob_to_cmake_regex(p) for p in patterns)
     junit = build_dir / "grader-junit.xml"
     if junit.exists():
         junit.unlink()
-    run(["ctest", "--test-dir", str(build_dir), "-R", regex, "-j", str(jobs), "--output-junit", str(junit)],
-        build_dir, timeout, log)
+    _, ctest_out = run(["ctest", "--test-dir", str(build_dir), "-R", regex, "-j", str(jobs),
+                        "--output-junit", str(junit)], build_dir, timeout, log)
+    # ctest's own verdict for cases it stopped or that crashed (junit leaves it out): ***Timeout, SEGFAULT, ...
+    verdict = dict(re.findall(r"Test\s+#\d+: (\S+) \.*\s*\**(Timeout|SEGFAULT|Child aborted|Exception[^\d]*?|"
+                              r"BAD_COMMAND|ILLEGAL|INTERRUPT|NUMERICAL|OTHER_FAULT|Subprocess aborted)\s+[\d.]+ sec",
+                              ctest_out))
     results = {}
     if junit.exists():
         for case in ET.parse(junit).getroot().iter("testcase"):
@@ -158,8 +184,22 @@ def run_tests(build_dir: Path, patterns, jobs: int, timeout: int, log):
                 continue  # e.g. a CUDA-only case on a CPU machine: not counted either way
             status = case.get("status", "")
             failed = case.find("failure") is not None or case.find("error") is not None or status not in ("run", "")
+            why = verdict.get(case.get("name"), "")
+            if failed and why:  # e.g. Timeout, SEGFAULT: say so before gtest's output
+                out = f"ctest: {why} (the case was stopped; other cases are not affected)\n" + out
             results[case.get("name")] = (not failed, out)
     return results
+
+
+def failure_message(text: str, limit=1500) -> str:
+    """What a student needs from a failed case: gtest's failure lines without its banners, trimmed."""
+    lines = text.strip().splitlines()
+    body = [l for l in lines if not re.match(r"\[ *(=+|-+|RUN|OK|FAILED|PASSED|SKIPPED) *\]", l)
+            and not l.startswith(("Running main() from", "Note: Google Test filter"))]
+    msg = "\n".join(body).strip() or text.strip() or "(no output: crashed or killed)"
+    if len(msg) > limit:  # keep the start (the first failure) and cut at a line end
+        msg = msg[:limit].rsplit("\n", 1)[0] + "\n[... trimmed]"
+    return msg
 
 
 # ---------------------------------------------------------------- checks
@@ -200,8 +240,10 @@ def check_restrictions(found, rubric):
 
 
 # ---------------------------------------------------------------- grading
-def grade(submission: Path, work: Path, jobs: int, items_filter=None, kit=KIT):
+def grade(submission: Path, work: Path, jobs: int, items_filter=None, kit=KIT, test_timeout=None):
     rubric, log, tests_out, t0 = load_rubric(kit), [], [], time.time()
+    if test_timeout is None:  # 0: each suite's own TIMEOUT (tests/CMakeLists.txt)
+        test_timeout = rubric["timeouts"].get("test_case_seconds", 0)
     with tempfile.TemporaryDirectory(prefix="grade-") as scratch:
         root = unpack(submission, Path(scratch))
         found, figures, ignored = collect(root, rubric)
@@ -221,13 +263,16 @@ def grade(submission: Path, work: Path, jobs: int, items_filter=None, kit=KIT):
 
         items = [it for it in rubric["items"] if not items_filter or any(k in it["name"] for k in items_filter)]
         compile_failed = {}
-        rc, out = build(kit_copy, build_dir, jobs, rubric["timeouts"]["build_seconds"], log)
-        if rc != 0:
-            compile_failed = compile_errors_by_file(out, rubric["student_files"])
-            for f in compile_failed:  # grade the rest: put the stub back for what does not compile
+        rc, out = build(kit_copy, build_dir, jobs, rubric["timeouts"]["build_seconds"], log, test_timeout)
+        while rc != 0:  # make stops at the first broken file: repeat until no new one shows up
+            new = {f: e for f, e in compile_errors_by_file(out, rubric["student_files"]).items()
+                   if f not in compile_failed}
+            if not new:
+                break
+            compile_failed.update(new)
+            for f in new:  # grade the rest: put the stub back for what does not compile
                 put(kit_copy / "starter" / f, stubs[f])
-            if compile_failed:
-                rc, out = build(kit_copy, build_dir, jobs, rubric["timeouts"]["build_seconds"], log)
+            rc, out = build(kit_copy, build_dir, jobs, rubric["timeouts"]["build_seconds"], log, test_timeout)
         build_broken = rc != 0
         if build_broken:
             log.append("the kit did not build:\n" + out[-4000:])
@@ -255,13 +300,16 @@ def grade(submission: Path, work: Path, jobs: int, items_filter=None, kit=KIT):
                 msg = [f"{f} does not compile:\n" + "\n".join(compile_failed[f][:20]) for f in broken]
                 entry["output"] = "\n\n".join(msg) or "the kit did not build (see the top-level output)"
             else:
-                mine = {n: r for n, r in results.items() if any(fnmatch.fnmatchcase(n, p) for p in it["tests"])}
+                # given_tests check given code (input validation outside the student blocks): they
+                # pass with the stubs, so they earn nothing (the starter must score 0).
+                mine = {n: r for n, r in results.items() if any(fnmatch.fnmatchcase(n, p) for p in it["tests"])
+                        and not any(fnmatch.fnmatchcase(n, p) for p in rubric.get("given_tests", []))}
                 passed = sum(ok for ok, _ in mine.values())
                 entry["score"] = round(it["points"] * passed / len(mine), 2) if mine else 0
                 lines = [f"{passed}/{len(mine)} test cases passed"] if mine else ["no test case ran"]
                 for name, (ok, text) in sorted(mine.items()):
                     if not ok:
-                        lines.append(f"\nFAILED {name}\n" + text.strip()[-1500:])
+                        lines.append(f"\nFAILED {name}\n" + failure_message(text))
                 entry["output"] = "\n".join(lines)
             entry["status"] = "passed" if entry["score"] == entry["max_score"] else "failed"
             tests_out.append(entry)
@@ -293,11 +341,15 @@ def main(argv=None):
     ap.add_argument("--work", type=Path, help="build directory to (re)use; default: a temporary one")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
     ap.add_argument("--items", nargs="*", help="grade only rubric items whose name contains one of these")
+    ap.add_argument("--build-only", action="store_true", help="build (e.g. at setup time), grade no item")
+    ap.add_argument("--test-timeout", type=int, help="seconds per test case (default: rubric, 0 = suite TIMEOUTs)")
     args = ap.parse_args(argv)
+    if args.build_only:
+        args.items = ["\0"]  # a name no rubric item has
     tmp = None
     try:
         work = args.work or Path(tmp := tempfile.mkdtemp(prefix="grade-work-"))
-        results = grade(args.submission, work.resolve(), args.jobs, args.items)
+        results = grade(args.submission, work.resolve(), args.jobs, args.items, test_timeout=args.test_timeout)
     except Exception as e:  # never leave the instructor without a results.json
         results = {"score": 0, "execution_time": 0, "output": f"grader error: {type(e).__name__}: {e}",
                    "tests": [{"name": "Grading", "number": "0", "score": 0, "max_score": 100, "status": "failed",

@@ -61,7 +61,7 @@ def strip_solution(text, name="<text>"):
                 raise MarkerError(f"{name}:{n}: END SOLUTION without a matching BEGIN SOLUTION")
             inside = False
         elif not inside:
-            if "SOLUTION" in line and re.search(r"//\s*(BEGIN|END)\s*SOLUTION", line, re.I):
+            if re.search(r"//\s*(BEGIN|END)\s*SOLUTION", line, re.I):  # leftover or misspelt marker
                 raise MarkerError(f"{name}:{n}: malformed solution marker: {line.strip()}")
             out.append(line)
     if inside:
