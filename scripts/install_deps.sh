@@ -3,6 +3,7 @@
 # what is missing, and runs apt-get update only when something is.
 #   sudo scripts/install_deps.sh            # or as root
 #   scripts/install_deps.sh --check         # list what is missing, install nothing
+#   sudo scripts/install_deps.sh --bench    # also python3-torch, for bench/baseline.py
 set -euo pipefail
 
 PACKAGES=(
@@ -17,6 +18,14 @@ PACKAGES=(
   libgnuplot-iostream-dev gnuplot-nox  # figures
 )
 
+for arg in "$@"; do
+  case "$arg" in
+    --bench) PACKAGES+=(python3-torch) ;;  # the Python baseline: the same LibTorch 1.13 under PyTorch
+    --check) ;;
+    *) echo "error: unknown option $arg (use --check and/or --bench)" >&2; exit 2 ;;
+  esac
+done
+
 missing=()
 for p in "${PACKAGES[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
@@ -24,7 +33,7 @@ for p in "${PACKAGES[@]}"; do
   fi
 done
 
-if [[ "${1:-}" == "--check" ]]; then
+if [[ " $* " == *" --check "* ]]; then
   if ((${#missing[@]})); then echo "missing: ${missing[*]}"; exit 1; fi
   echo "all kit packages are installed"; exit 0
 fi

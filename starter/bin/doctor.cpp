@@ -15,26 +15,11 @@
 #include <thread>
 
 #include "kit/compat.h"  // KIT_HAVE_GLOO, KIT_HAVE_NCCL
+#include "kit/gemm.h"
 #include "project/cli.h"
 #include "train/loop.h"
 
 namespace {
-
-// Float32 GEMM rate of n x n products on this thread count, measured for about `seconds`.
-double gemm_gflops(int64_t n, double seconds) {
-  torch::NoGradGuard no_grad;
-  auto a = torch::randn({n, n}), b = torch::randn({n, n});
-  auto c = torch::mm(a, b);  // warm-up: BLAS thread pools, page faults
-  int64_t reps = 0;
-  auto t0 = std::chrono::steady_clock::now();
-  double elapsed = 0;
-  while (elapsed < seconds) {
-    c = torch::mm(a, b);
-    ++reps;
-    elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  }
-  return 2.0 * n * n * n * reps / elapsed / 1e9;
-}
 
 // The BLAS library LibTorch resolved: the file behind libblas.so.3 in this process.
 std::string blas_library() {
@@ -69,7 +54,7 @@ int main(int argc, char** argv) {
   app.add_option("--seconds", seconds, "How long to measure")->capture_default_str();
   return kit::guarded_main(argc, argv, app, [&] {
     kit::set_threads(threads);
-    const double rate = gemm_gflops(n, seconds);
+    const double rate = kit::measure_gemm_gflops(n, seconds);
     if (gemm_only) {
       std::cout << nlohmann::json{{"gflops", rate}, {"threads", threads}, {"size", n}}.dump() << "\n";
       return 0;

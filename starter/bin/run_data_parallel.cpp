@@ -4,6 +4,7 @@
 //   ./build/run_data_parallel --world-size 1 --batch-size 64      # the single-device baseline
 //   srun -n 4 ./build/run_data_parallel --backend nccl ...         # one rank per srun task
 //   torchrun-style: RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT set per process
+//   ./build/run_data_parallel --world-size 2 --bucket-mb 1         # all-reduce overlapped with backward
 //
 // Without RANK or an srun step in the environment the program is the launcher: it serves
 // the rendezvous on a free port (or --port), starts --world-size copies of itself, waits
@@ -27,11 +28,13 @@
 #include <nlohmann/json.hpp>
 
 #include "data_parallel/dataset.h"
+#include "data_parallel/grad_buckets.h"
 #include "dist/dist.h"
 #include "dist/launch.h"
 #include "project/cli.h"
 #include "project/run_data_parallel.h"
 #include "train/loop.h"
+#include "train/loss.h"
 
 namespace {
 
@@ -43,6 +46,7 @@ struct DpOptions {
   std::string save_grads;
   int64_t steps = 3;
   int fail_rank = -1;
+  double bucket_mb = 0;  // > 0: overlapped bucketed all-reduce instead of average_gradients
   bool world_size_given = false;
 };
 
@@ -97,9 +101,21 @@ void save_step_file(const std::string& dir, int rank, const c10::Dict<std::strin
   std::filesystem::rename(tmp, path);  // never a half-written file under the final name
 }
 
-// --save-grads: K steps through the same train_step as training, recording what the tests compare.
+// One step with the overlapped all-reduce (--bucket-mb): train_step's order, with the
+// buckets' finish() where average_gradients would be.
+double bucketed_step(const kit::ForwardFn& forward, torch::optim::Optimizer& opt, kit::GradBuckets& buckets,
+                     const kit::Batch& batch) {
+  opt.zero_grad();
+  auto loss = kit::masked_cross_entropy(forward(batch.input), batch.labels, batch.mask);
+  loss.backward();
+  buckets.finish();
+  opt.step();
+  return loss.item<double>();
+}
+
+// --save-grads: K steps through the same step as training, recording what the tests compare.
 void run_saved_steps(const DpOptions& o, int rank, int world_size, kit::GPT2& model, torch::optim::Optimizer& opt,
-                     const kit::DataLoader& loader, const kit::ForwardFn& forward) {
+                     const kit::DataLoader& loader, const kit::StepFn& step) {
   if (o.steps < 1 || o.steps > loader.num_batches())
     throw kit::Error("--steps " + std::to_string(o.steps) + " must be in 1.." + std::to_string(loader.num_batches()) +
                      " (the batches in this rank's partition)");
@@ -108,7 +124,7 @@ void run_saved_steps(const DpOptions& o, int rank, int world_size, kit::GPT2& mo
   kit::dist::reset_counters();
   for (int64_t k = 0; k < o.steps; ++k) {
     kit::Batch batch = loader.batch(k);
-    kit::train_step(forward, *model, opt, batch, world_size);
+    step(batch);
     indices.push_back(torch::tensor(batch.indices, torch::kInt64));
     if (k == 0) {
       const auto c = kit::dist::counters();
@@ -167,12 +183,18 @@ int worker_main(const DpOptions& o, const kit::WorldInfo& world) {
   kit::DataLoader valid = kit::partition_dataset(rank, W, data.valid, o.run.train.batch_size, to_device);
   check_same_on_all_ranks(train.num_batches(), "number of training batches per epoch");
   auto forward = [&](const torch::Tensor& x) { return model->forward(x); };
+  std::unique_ptr<kit::GradBuckets> buckets;
+  if (o.bucket_mb > 0) buckets = std::make_unique<kit::GradBuckets>(*model, static_cast<int64_t>(o.bucket_mb * (1 << 20)));
+  kit::StepFn step = [&](const kit::Batch& b) {
+    return buckets ? bucketed_step(forward, *optimizer, *buckets, b)
+                   : kit::train_step(forward, *model, *optimizer, b, W);  // Problem 1.2
+  };
 
   if (rank == o.fail_rank)
     throw kit::Error("rank " + std::to_string(rank) + " fails on purpose (--fail-rank " + std::to_string(rank) + ")");
 
   if (!o.save_grads.empty()) {
-    run_saved_steps(o, rank, W, model, *optimizer, train, forward);
+    run_saved_steps(o, rank, W, model, *optimizer, train, step);
     kit::dist::destroy_process_group();
     return 0;
   }
@@ -181,12 +203,16 @@ int worker_main(const DpOptions& o, const kit::WorldInfo& world) {
     std::cout << "rank 0 of " << W << " (" << world.launcher_name() << ", " << o.backend << "): model "
               << model->config().name << ", " << kit::count_parameters(*model) << " parameters; "
               << train.num_examples() << " training examples per rank, " << train.num_batches() << " batches of "
-              << train.batch_size() << " per rank" << std::endl;
+              << train.batch_size() << " per rank"
+              << (buckets ? "; gradients all-reduced in " + std::to_string(buckets->num_buckets()) +
+                                " buckets during backward"
+                          : std::string())
+              << std::endl;
   kit::TrainConfig tc = o.run.train;
   tc.progress = tc.progress && rank == 0;
   std::vector<kit::EpochMetrics> epochs;
   for (int64_t e = 1; e <= tc.epochs; ++e) {
-    auto m = kit::train_epoch(forward, *model, *optimizer, train, W, e, tc, rank);
+    auto m = kit::train_epoch(step, *model, train, W, e, tc, rank);
     m.valid_loss = global_validation_loss(forward, *model, valid);
     if (rank == 0)
       std::cout << "epoch " << e << "  rank 0: train loss " << m.train_loss << "  validation loss " << m.valid_loss
@@ -198,6 +224,7 @@ int worker_main(const DpOptions& o, const kit::WorldInfo& world) {
                          {"world_size", W},
                          {"rank", rank},
                          {"backend", o.backend},
+                         {"bucket_mb", o.bucket_mb},
                          {"launcher", world.launcher_name()},
                          {"batch_size", o.run.train.batch_size},
                          {"per_rank_batch_size", train.batch_size()},
@@ -275,6 +302,11 @@ int main(int argc, char** argv) {
   app.add_option("--save-grads", o.save_grads,
                  "Test mode: take --steps steps and save each rank's gradients and parameters in this directory");
   app.add_option("--steps", o.steps, "Steps to take with --save-grads")->capture_default_str();
+  app.add_option("--bucket-mb", o.bucket_mb,
+                 "Overlap the gradient all-reduce with backward in buckets of this many MiB "
+                 "(data_parallel/grad_buckets.h); 0: average_gradients after backward")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   app.add_option("--fail-rank", o.fail_rank, "Make this rank fail on purpose (tests)")->group("");
   return kit::guarded_main(argc, argv, app, [&] {
     o.world_size_given = app.count("--world-size") > 0;

@@ -81,6 +81,8 @@ std::string seconds(std::chrono::milliseconds t) {
   return s.str();
 }
 
+std::string failure_message(const Group& g, const char* what, const std::exception& e);
+
 // Runs one c10d operation to completion. A failure here almost always means another
 // rank died or stopped calling the same collectives, so the message says so.
 template <class Start>
@@ -92,11 +94,15 @@ void run(const char* what, Start&& start) {
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {
-    throw CommError("rank " + std::to_string(g.rank) + ": dist::" + what + " failed: " + first_line(e.what()) +
-                    "\n  Another rank probably exited, crashed, or stopped making the same collective calls "
-                    "(every rank must call the same collectives in the same order). Collectives give up after " +
-                    seconds(g.timeout) + " (KIT_DIST_TIMEOUT).");
+    throw CommError(failure_message(g, what, e));
   }
+}
+
+std::string failure_message(const Group& g, const char* what, const std::exception& e) {
+  return "rank " + std::to_string(g.rank) + ": dist::" + what + " failed: " + first_line(e.what()) +
+         "\n  Another rank probably exited, crashed, or stopped making the same collective calls "
+         "(every rank must call the same collectives in the same order). Collectives give up after " +
+         seconds(g.timeout) + " (KIT_DIST_TIMEOUT).";
 }
 
 // Writes a reduced buffer back into a non-contiguous tensor, without autograd seeing it
@@ -259,6 +265,48 @@ void all_reduce(const torch::Tensor& tensor, ReduceOp op) {
   o.reduceOp = to_c10d(op);
   run("all_reduce", [&](compat::C10dBackend& b) { return b.allreduce(v, o); });
   if (!v[0].is_same(tensor)) copy_back(tensor, v[0]);
+}
+
+// The handle c10d returns: c10d::Work in 2.x, c10d::ProcessGroup::Work in 1.13.
+using C10dWork = decltype(std::declval<compat::C10dBackend&>().allreduce(std::declval<std::vector<at::Tensor>&>()));
+
+struct Work::Impl {
+  C10dWork work;
+  std::vector<torch::Tensor> tensors;  // kept alive until the collective is done
+  std::string what;
+};
+
+void Work::wait() {
+  if (!impl_) throw Error("dist::Work::wait on a Work that was never started");
+  auto impl = std::move(impl_);  // waited for once; a second wait() is an error
+  try {
+    impl->work->wait();
+  } catch (const std::exception& e) {
+    throw CommError(failure_message(group(impl->what.c_str()), impl->what.c_str(), e));
+  }
+}
+
+Work all_reduce_async(const torch::Tensor& tensor, ReduceOp op) {
+  check_tensor(tensor, "all_reduce_async");
+  if (!tensor.is_contiguous())
+    throw Error("dist::all_reduce_async needs a contiguous tensor (it reduces the buffer in place while you "
+                "go on): pass t.contiguous() and read the result from that");
+  Group& g = group("all_reduce_async");
+  c_allreduce_calls += 1;
+  c_allreduce_bytes += nbytes(tensor);
+  auto impl = std::make_shared<Work::Impl>();
+  impl->tensors = {tensor};
+  impl->what = "all_reduce_async";
+  c10d::AllreduceOptions o;
+  o.reduceOp = to_c10d(op);
+  try {
+    impl->work = g.backend->allreduce(impl->tensors, o);
+  } catch (const std::exception& e) {
+    throw CommError(failure_message(g, "all_reduce_async", e));
+  }
+  Work w;
+  w.impl_ = std::move(impl);
+  return w;
 }
 
 void broadcast(const torch::Tensor& tensor, int src) {

@@ -23,6 +23,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -61,6 +62,27 @@ torch::Device device();          // where this rank computes: cpu for gloo, cuda
 // it is passed as const& like LibTorch's own in-place ops); a non-contiguous tensor is
 // copied to a contiguous buffer and back.
 void all_reduce(const torch::Tensor& tensor, ReduceOp op = ReduceOp::SUM);
+
+// A collective that has been started and may still be running (torch.distributed's
+// async_op=True). wait() blocks until it is done and throws CommError when it failed;
+// only after wait() does the tensor hold the result. A Work that is never waited for
+// still finishes, but its errors are lost.
+class Work {
+ public:
+  Work() = default;
+  void wait();
+  bool started() const { return impl_ != nullptr; }
+  struct Impl;
+
+ private:
+  friend Work all_reduce_async(const torch::Tensor& tensor, ReduceOp op);
+  std::shared_ptr<Impl> impl_;
+};
+
+// Starts an all-reduce of a contiguous tensor and returns at once, so that computation
+// (the rest of backward) can go on while it runs; see data_parallel/grad_buckets.h.
+// The tensor must not be read or written until wait() returns.
+Work all_reduce_async(const torch::Tensor& tensor, ReduceOp op = ReduceOp::SUM);
 void broadcast(const torch::Tensor& tensor, int src);
 void barrier();
 void send(const torch::Tensor& tensor, int dst, int tag = 0);

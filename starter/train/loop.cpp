@@ -72,6 +72,12 @@ std::unique_ptr<torch::optim::AdamW> make_optimizer(torch::nn::Module& model, co
 
 EpochMetrics train_epoch(const ForwardFn& forward, torch::nn::Module& model, torch::optim::Optimizer& optimizer,
                          const DataLoader& loader, int world_size, int64_t epoch, const TrainConfig& cfg, int rank) {
+  auto step = [&](const Batch& b) { return train_step(forward, model, optimizer, b, world_size); };
+  return train_epoch(step, model, loader, world_size, epoch, cfg, rank);
+}
+
+EpochMetrics train_epoch(const StepFn& step, torch::nn::Module& model, const DataLoader& loader, int world_size,
+                         int64_t epoch, const TrainConfig& cfg, int rank) {
   EpochMetrics m;
   m.epoch = epoch;
   m.rank = rank;
@@ -85,7 +91,7 @@ EpochMetrics train_epoch(const ForwardFn& forward, torch::nn::Module& model, tor
   for (int64_t k = 0; k < n; ++k) {
     Batch batch = loader.batch(k);  // batching is data preparation, kept out of the timed part
     auto t0 = std::chrono::steady_clock::now();
-    double loss = train_step(forward, model, optimizer, batch, world_size);
+    double loss = step(batch);
     seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     m.tokens += batch.num_tokens();
     m.batch_losses.push_back(loss);

@@ -9,6 +9,7 @@
 #include <torch/nn/module.h>
 #include <torch/optim/adamw.h>
 
+#include <functional>
 #include <memory>
 #include <nlohmann/json_fwd.hpp>
 #include <string>
@@ -62,6 +63,12 @@ std::unique_ptr<torch::optim::AdamW> make_optimizer(torch::nn::Module& model, co
 EpochMetrics train_epoch(const ForwardFn& forward, torch::nn::Module& model, torch::optim::Optimizer& optimizer,
                          const DataLoader& loader, int world_size, int64_t epoch, const TrainConfig& cfg,
                          int rank = 0);
+
+// The same with another step function (e.g. the overlapped all-reduce of
+// data_parallel/grad_buckets.h) in place of train_step. step returns the batch's loss.
+using StepFn = std::function<double(const Batch&)>;
+EpochMetrics train_epoch(const StepFn& step, torch::nn::Module& model, const DataLoader& loader, int world_size,
+                         int64_t epoch, const TrainConfig& cfg, int rank = 0);
 
 // Mean masked loss over the loader, in eval mode without gradients; restores train mode.
 double evaluate(const ForwardFn& forward, torch::nn::Module& model, const DataLoader& loader);
