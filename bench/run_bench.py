@@ -44,6 +44,8 @@ def parse_args(argv=None):
     ap.add_argument("--bucket-mb", type=float, default=1.0)
     ap.add_argument("--python", default="/usr/bin/python3", help="interpreter with torch for baseline.py")
     ap.add_argument("--no-python", action="store_true", help="run the C++ bench only")
+    ap.add_argument("--repeats", type=int, default=1,
+                    help="runs per configuration and language, C++ and Python alternating; the median counts")
     ap.add_argument("--timeout", type=float, default=1200, help="seconds allowed per run")
     ap.add_argument("--out", default="runs/bench/bench.json")
     ap.add_argument("--no-overhead-probe", action="store_true",
@@ -77,6 +79,14 @@ def run_json(cmd, timeout):
             except json.JSONDecodeError:
                 pass
     return None, f"no JSON line on stdout\nstdout: {p.stdout.strip()[-500:]}\nstderr: {stderr_tail}"
+
+
+def median_run(runs):
+    """The run with the median tokens/s (the lower middle one for an even count), or the first error."""
+    ok = sorted((r for r, _ in runs if r), key=lambda r: r["tokens_per_s"])
+    if ok:
+        return ok[(len(ok) - 1) // 2], None
+    return None, (runs[0][1] if runs else None)
 
 
 def cores_used(row):
@@ -191,11 +201,14 @@ def main(argv=None):
         for config in args.configs:
             flags = ["--config", config, "--preset", preset] + shared
             row = {"config": config}
-            row["cpp"], row["cpp_error"] = run([bench] + flags)
-            if not args.no_python:
-                row["python"], row["python_error"] = run([args.python, os.path.relpath(HERE / "baseline.py")] + flags)
-            else:
-                row["python"], row["python_error"] = None, None
+            runs = {"cpp": [], "python": []}
+            for _ in range(max(1, args.repeats)):  # alternate, so a slow spell hits both languages
+                runs["cpp"].append(run([bench] + flags))
+                if not args.no_python:
+                    runs["python"].append(run([args.python, os.path.relpath(HERE / "baseline.py")] + flags))
+            for impl in ("cpp", "python"):
+                row[impl], row[f"{impl}_error"] = median_run(runs[impl])
+                row[f"{impl}_all_tokens_per_s"] = [tps(r) for r, _ in runs[impl] if r]
             row["derived"] = {
                 "cores_used_cpp": cores_used(row["cpp"]) if row["cpp"] else None,
                 "mfu_cpp": mfu(row["cpp"], gflops),
@@ -224,7 +237,8 @@ def main(argv=None):
     md = ["# C++ vs Python benchmark", "",
           f"{report['started']}, {os.cpu_count()} cores, {report['machine']['platform']}. "
           f"{args.steps} timed steps after {args.warmup} warm-up, batch {args.batch_size} per rank, "
-          f"{args.threads} thread(s), {args.chunks} chunks (pp), bucket {args.bucket_mb:g} MB (dp_bucketed).", "",
+          f"{args.threads} thread(s), {args.chunks} chunks (pp), bucket {args.bucket_mb:g} MB (dp_bucketed); "
+          f"median of {args.repeats} run(s) per cell, C++ and Python alternating.", "",
           "MFU = tokens/s x FLOPs/token / (1-thread GEMM GFLOP/s x cores used); cores used = ranks x threads "
           "(single, indep, dp, dp_bucketed) or stages x threads (mp, pp), at most the machine's cores.", ""]
     md += [table(p, r) for p, r in report["presets"].items()]

@@ -11,6 +11,12 @@ if(NOT Torch_FOUND)
     "  Official LibTorch: pass -DCMAKE_PREFIX_PATH=/path/to/libtorch, or for the pip wheel\n"
     "  -DCMAKE_PREFIX_PATH=$(python3 -c 'import torch;print(torch.utils.cmake_prefix_path)')")
 endif()
+if(Torch_VERSION AND Torch_VERSION VERSION_LESS 1.13)
+  message(FATAL_ERROR
+    "LibTorch ${Torch_VERSION} at ${TORCH_INSTALL_PREFIX} is too old: the kit needs 1.13 or newer "
+    "(Debian 12's libtorch-dev, or an official LibTorch 2.x). Older distributions (e.g. Ubuntu 22.04, "
+    "LibTorch 1.8) need the official LibTorch: pass -DCMAKE_PREFIX_PATH=/path/to/libtorch.")
+endif()
 set(KIT_TORCH_LIBRARIES ${TORCH_LIBRARIES})
 include(cmake/TorchCompat.cmake)   # differences between LibTorch builds
 set(KIT_DEFINITIONS "")

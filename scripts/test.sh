@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
 # The kit's test command: install what is missing, build the reference solution,
-# run every test. Usage: scripts/test.sh [build-dir]   (default: build)
+# run every test, the grader's self-tests included (they grade the solution, the
+# starter and each known-wrong submission in grader/wrong_submissions/).
+#   scripts/test.sh [--quick] [build-dir]     (default build dir: build)
+#   --quick   skip the grader self-tests (about 10 minutes of the total on 2 cores)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+SELFTESTS=ON
+if [[ "${1:-}" == "--quick" ]]; then SELFTESTS=OFF; shift; fi
 BUILD=${1:-build}
 JOBS=$(nproc 2>/dev/null || echo 2)
 
 scripts/install_deps.sh
-cmake -S . -B "$BUILD" -DKIT_SOLUTION=ON -DCMAKE_BUILD_TYPE=Release
+cmake -S . -B "$BUILD" -DKIT_SOLUTION=ON -DCMAKE_BUILD_TYPE=Release -DKIT_GRADER_SELFTESTS=$SELFTESTS
 cmake --build "$BUILD" -j "$JOBS"
 ctest --test-dir "$BUILD" --output-on-failure -j "$JOBS"

@@ -17,7 +17,8 @@
 // --save-grads DIR --steps K (used by the tests): instead of training epochs, take K
 // steps and write DIR/rank<r>.pt (torch::pickle_save of a dict): "grad/<name>" = the
 // averaged gradient of the first step, "param/<name>" = the parameters after K steps,
-// "indices" = (K, per-rank batch) example indices, "allreduce_bytes_step0" and
+// "indices" = (K, per-rank batch) example indices, "partition" = every example index of
+// this rank's partition, "allreduce_bytes_step0" and
 // "allreduce_calls_step0" = what the first step all-reduced.
 #include <torch/torch.h>
 
@@ -137,6 +138,14 @@ void run_saved_steps(const DpOptions& o, int rank, int world_size, kit::GPT2& mo
   }
   for (const auto& p : model->named_parameters()) out.insert("param/" + p.key(), p.value().detach().cpu().clone());
   out.insert("indices", torch::stack(indices));
+  // The whole partition, not only the examples the K steps used: partitions that overlap
+  // where those steps did not look must still be caught.
+  std::vector<int64_t> partition;
+  for (int64_t k = 0; k < loader.num_batches(); ++k) {
+    const auto& idx = loader.batch(k).indices;
+    partition.insert(partition.end(), idx.begin(), idx.end());
+  }
+  out.insert("partition", torch::tensor(partition, torch::kInt64));
   out.insert("rank", torch::tensor(static_cast<int64_t>(rank)));
   out.insert("world_size", torch::tensor(static_cast<int64_t>(world_size)));
   save_step_file(o.save_grads, rank, out);

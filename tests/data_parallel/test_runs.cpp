@@ -12,6 +12,7 @@
 // Tolerance: |a - b| <= 1e-4 * max|reference| + 1e-7 for gradients, 1e-5 + 1e-4 * |b|
 // for parameters: float32 sums taken in another order differ by ~1e-7 relative, while
 // each wrong version below is off by 10-100 % of the gradient's scale.
+// Also: the ranks' whole partitions are disjoint and of equal size.
 // Caught: overlapping partitions, SUM without dividing, gradients dropped or left local,
 // averaging after the optimizer step, the tied wte/lm_head weight reduced twice, ranks
 // starting from different weights; stale or empty files cannot pass (fresh directory,
@@ -150,6 +151,20 @@ void expect_matches_single_process(const Tiny& tiny, int world) {
         ASSERT_TRUE(fresh) << "example " << ex << " was used by " << it->second << " and by " << where
                            << ": the ranks' partitions overlap";
       }
+  }
+
+  // The ranks' whole partitions: disjoint, and together W equal shares of the data.
+  std::map<int64_t, int> owner;
+  for (int r = 0; r < world; ++r) {
+    ASSERT_TRUE(ranks[r].count("partition")) << "rank " << r << " saved no partition";
+    const auto part = ranks[r]["partition"];
+    EXPECT_EQ(part.numel(), ranks[0]["partition"].numel()) << "rank " << r << "'s partition differs in size from rank 0's";
+    for (int64_t i = 0; i < part.numel(); ++i) {
+      const int64_t ex = part[i].item<int64_t>();
+      auto [it, fresh] = owner.emplace(ex, r);
+      ASSERT_TRUE(fresh) << "example " << ex << " is in the partitions of rank " << it->second << " and rank " << r
+                         << ": the ranks' partitions overlap";
+    }
   }
 
   // The reference: one process, the same model and seed, the union of the ranks' examples.
