@@ -144,16 +144,25 @@ def compile_errors_by_file(output: str, student_files):
     return errs
 
 
-def build(work: Path, build_dir: Path, jobs: int, timeout: int, log, test_timeout=0):
+def graded_suites(rubric) -> list:
+    """The test suites the rubric's items use (a test name is <suite>.<gtest name>)."""
+    return sorted({t.split(".")[0] for it in rubric["items"] for t in it.get("tests", [])})
+
+
+def build(work: Path, build_dir: Path, jobs: int, timeout: int, log, test_timeout=0, suites=()):
+    """Configure (once per setting) and build only what grading runs: the graded suites'
+    test programs and what they depend on, not the other programs, benchmarks or plots."""
     cache = build_dir / "CMakeCache.txt"
-    want = f"KIT_TEST_TIMEOUT:STRING={test_timeout}"
-    if not cache.exists() or want not in cache.read_text(errors="replace"):
+    suites = ";".join(suites)
+    wants = [f"KIT_TEST_TIMEOUT:STRING={test_timeout}", f"KIT_TEST_SUITES:STRING={suites}"]
+    if not cache.exists() or any(w not in cache.read_text(errors="replace") for w in wants):
         rc, out = run(["cmake", "-S", str(work), "-B", str(build_dir), "-DKIT_SOLUTION=OFF",
-                       "-DCMAKE_BUILD_TYPE=Release", f"-DKIT_TEST_TIMEOUT:STRING={test_timeout}"],
+                       "-DCMAKE_BUILD_TYPE=Release", "-DKIT_PLOTS=OFF"] + ["-D" + w for w in wants],
                       work, timeout, log)
         if rc != 0:
             return rc, out
-    return run(["cmake", "--build", str(build_dir), "-j", str(jobs)], work, timeout, log)
+    targets = ["test_" + s for s in suites.split(";") if s] or ["all"]
+    return run(["cmake", "--build", str(build_dir), "-j", str(jobs), "--target"] + targets, work, timeout, log)
 
 
 def glob_to_cmake_regex(pattern: str) -> str:
@@ -263,7 +272,8 @@ def grade(submission: Path, work: Path, jobs: int, items_filter=None, kit=KIT, t
 
         items = [it for it in rubric["items"] if not items_filter or any(k in it["name"] for k in items_filter)]
         compile_failed = {}
-        rc, out = build(kit_copy, build_dir, jobs, rubric["timeouts"]["build_seconds"], log, test_timeout)
+        rc, out = build(kit_copy, build_dir, jobs, rubric["timeouts"]["build_seconds"], log, test_timeout,
+                            graded_suites(rubric))
         while rc != 0:  # make stops at the first broken file: repeat until no new one shows up
             new = {f: e for f, e in compile_errors_by_file(out, rubric["student_files"]).items()
                    if f not in compile_failed}
@@ -272,7 +282,8 @@ def grade(submission: Path, work: Path, jobs: int, items_filter=None, kit=KIT, t
             compile_failed.update(new)
             for f in new:  # grade the rest: put the stub back for what does not compile
                 put(kit_copy / "starter" / f, stubs[f])
-            rc, out = build(kit_copy, build_dir, jobs, rubric["timeouts"]["build_seconds"], log, test_timeout)
+            rc, out = build(kit_copy, build_dir, jobs, rubric["timeouts"]["build_seconds"], log, test_timeout,
+                            graded_suites(rubric))
         build_broken = rc != 0
         if build_broken:
             log.append("the kit did not build:\n" + out[-4000:])
