@@ -74,20 +74,30 @@ void GradBuckets::on_gradient(int64_t slot, const torch::Tensor& grad) {
     torch::NoGradGuard no_grad;
     b.flat.narrow(0, s.offset, s.param.numel()).copy_(grad.reshape({-1}));
   }
-  if (--b.waiting == 0) start(b);
+  if (--b.waiting == 0) start_ready_buckets();
 }
 
-void GradBuckets::start(Bucket& b) { b.work = dist::all_reduce_async(b.flat); }
+// Collectives are matched by the order in which the ranks issue them, and the order in
+// which autograd finishes gradients is not guaranteed to be the same on every rank (nor
+// the buckets' order). So buckets start strictly in bucket order: a complete bucket waits
+// until every bucket before it has started.
+void GradBuckets::start_ready_buckets() {
+  while (next_ < buckets_.size() && buckets_[next_].waiting == 0) {
+    buckets_[next_].work = dist::all_reduce_async(buckets_[next_].flat);
+    ++next_;
+  }
+}
 
 void GradBuckets::finish() {
   // A parameter that took no part in this step's loss sends zeros, so that every rank
   // still makes the same all-reduce calls.
   for (auto& b : buckets_) {
-    if (b.work.started() || b.waiting == 0) continue;
+    if (b.waiting == 0) continue;
     for (int64_t i : b.slots)
       if (!slots_[i].arrived) b.flat.narrow(0, slots_[i].offset, slots_[i].param.numel()).zero_();
-    start(b);
+    b.waiting = 0;
   }
+  start_ready_buckets();
   const double world = static_cast<double>(dist::get_world_size());
   const auto t0 = std::chrono::steady_clock::now();
   torch::NoGradGuard no_grad;
@@ -105,6 +115,7 @@ void GradBuckets::finish() {
     }
     b.waiting = static_cast<int64_t>(b.slots.size());
   }
+  next_ = 0;
   last_wait_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 

@@ -8,7 +8,8 @@
 // final long before the first layers' exist. GradBuckets groups the parameters, in the
 // order their gradients appear (reverse registration order), into buckets of about
 // bucket_bytes. A hook on every parameter copies its gradient into its bucket's flat
-// buffer; the moment a bucket is complete its all-reduce starts, asynchronously, while
+// buffer; once a bucket is complete (and every bucket before it has started, so that all
+// ranks issue the all-reduces in one order) its all-reduce starts, asynchronously, while
 // backward goes on with earlier layers. finish() waits for what is still running and
 // writes the averaged gradients into .grad.
 //
@@ -64,10 +65,11 @@ class GradBuckets {
     dist::Work work;
   };
   void on_gradient(int64_t slot, const torch::Tensor& grad);
-  void start(Bucket& b);
+  void start_ready_buckets();
 
   std::vector<Slot> slots_;
   std::vector<Bucket> buckets_;
+  size_t next_ = 0;  // the first bucket not yet started
   double last_wait_s_ = 0;
 };
 
