@@ -155,9 +155,9 @@ TEST(Checkpoint, PythonTorchLoadReadsTheExport) {
   const std::string script =
       "import sys, torch\n"
       "d = torch.load(sys.argv[1])\n"
-      "out = open(sys.argv[2], 'w')\n"
-      "for k, v in d.items(): out.write('%s %s %.17g\\n' % (k, 'x'.join(map(str, v.shape)), v.double().sum()))\n"
-      "out.write('tied %d\\n' % torch.equal(d['lm_head.weight'], d['wte.weight']))\n";
+      "with open(sys.argv[2], 'w') as out:  # closed here, not left to interpreter exit\n"
+      "    for k, v in d.items(): out.write('%s %s %.17g\\n' % (k, 'x'.join(map(str, v.shape)), v.double().sum()))\n"
+      "    out.write('tied %d\\n' % torch.equal(d['lm_head.weight'], d['wte.weight']))\n";
   TempFile script_file(".py");
   std::ofstream(script_file.path()) << script;
   const std::string cmd =
