@@ -5,11 +5,13 @@
 
 solution: the reference solution plus valid figures must score 100.
 starter:  the stubs and no figures must score 0 (and finish without a grader error).
-<name>:   grader/wrong_submissions/<name>/ holds only the changed student file(s) (paths as in
-          the rubric, e.g. pipeline/pipe.cpp) and expected.json:
-              {"items": {"<item name substring>": expected points, ...},
+<name>:   grader/wrong_submissions/<name>/expected.json says what is wrong and what it scores:
+              {"edits": [{"file": "pipeline/pipe.cpp", "replace": "<text>", "with": "<text>"}, ...],
+               "items": {"<item name substring>": expected points, ...},
                "test_timeout": seconds per case (optional), "output_contains": ["..."] (optional)}
-          The submission is solution files + those overrides + figures; only the listed items are graded.
+          The submission is the solution files with those edits (each "replace" text must occur
+          exactly once in solution/<file>, so an edit that no longer fits the solution is an
+          error, not a silently correct submission) plus figures; only the listed items are graded.
 All self-tests share one --work dir, so each is an incremental rebuild.
 """
 import argparse
@@ -36,7 +38,7 @@ def tiny_png(w=4, h=3):
             + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
 
 
-def make_submission(dst: Path, rubric, with_solution: bool, overrides: Path = None):
+def make_submission(dst: Path, rubric, with_solution: bool, edits=()):
     if with_solution:
         for f in rubric["student_files"]:
             (dst / f).parent.mkdir(parents=True, exist_ok=True)
@@ -46,11 +48,13 @@ def make_submission(dst: Path, rubric, with_solution: bool, overrides: Path = No
         for it in rubric["items"]:
             for name in it.get("figures", []):
                 (figs / name).write_bytes(tiny_png())
-    if overrides:
-        for f in rubric["student_files"]:
-            if (overrides / f).is_file():
-                (dst / f).parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy(overrides / f, dst / f)
+    for e in edits:
+        path = dst / e["file"]
+        text = path.read_text()
+        if text.count(e["replace"]) != 1:
+            raise SystemExit(f"edit of {e['file']}: the text to replace occurs {text.count(e['replace'])} times "
+                             f"in the solution, not once; update the edit:\n{e['replace']}")
+        path.write_text(text.replace(e["replace"], e["with"]))
 
 
 def main(argv=None):
@@ -61,10 +65,10 @@ def main(argv=None):
     args = ap.parse_args(argv)
     rubric = grade.load_rubric()
     expected, items, test_timeout, contains = {}, None, None, []
-    overrides = None
+    edits = []
     if args.name not in ("solution", "starter"):
-        overrides = GRADER / "wrong_submissions" / args.name
-        spec = json.loads((overrides / "expected.json").read_text())
+        spec = json.loads((GRADER / "wrong_submissions" / args.name / "expected.json").read_text())
+        edits = spec["edits"]
         expected, test_timeout = spec["items"], spec.get("test_timeout")
         contains = spec.get("output_contains", [])
         items = list(expected)
@@ -72,7 +76,7 @@ def main(argv=None):
     with tempfile.TemporaryDirectory(prefix="grader-selftest-") as tmp:
         sub = Path(tmp) / "submission"
         sub.mkdir()
-        make_submission(sub, rubric, args.name != "starter", overrides)
+        make_submission(sub, rubric, args.name != "starter", edits)
         results = grade.grade(sub, args.work.resolve(), args.jobs, items, test_timeout=test_timeout)
     grade.print_table(results)
     bad = []
