@@ -35,7 +35,6 @@
 #include "project/cli.h"
 #include "project/run_data_parallel.h"
 #include "train/loop.h"
-#include "train/loss.h"
 
 namespace {
 
@@ -100,18 +99,6 @@ void save_step_file(const std::string& dir, int rank, const c10::Dict<std::strin
     if (!f) throw kit::Error("cannot write " + tmp + ": check that --save-grads names a writable directory");
   }
   std::filesystem::rename(tmp, path);  // never a half-written file under the final name
-}
-
-// One step with the overlapped all-reduce (--bucket-mb): train_step's order, with the
-// buckets' finish() where average_gradients would be.
-double bucketed_step(const kit::ForwardFn& forward, torch::optim::Optimizer& opt, kit::GradBuckets& buckets,
-                     const kit::Batch& batch) {
-  opt.zero_grad();
-  auto loss = kit::masked_cross_entropy(forward(batch.input), batch.labels, batch.mask);
-  loss.backward();
-  buckets.finish();
-  opt.step();
-  return loss.item<double>();
 }
 
 // --save-grads: K steps through the same step as training, recording what the tests compare.
@@ -195,7 +182,7 @@ int worker_main(const DpOptions& o, const kit::WorldInfo& world) {
   std::unique_ptr<kit::GradBuckets> buckets;
   if (o.bucket_mb > 0) buckets = std::make_unique<kit::GradBuckets>(*model, static_cast<int64_t>(o.bucket_mb * (1 << 20)));
   kit::StepFn step = [&](const kit::Batch& b) {
-    return buckets ? bucketed_step(forward, *optimizer, *buckets, b)
+    return buckets ? kit::bucketed_train_step(forward, *optimizer, *buckets, b)
                    : kit::train_step(forward, *model, *optimizer, b, W);  // Problem 1.2
   };
 

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "kit/errors.h"
+#include "train/loss.h"
 
 namespace kit {
 
@@ -117,6 +118,16 @@ void GradBuckets::finish() {
   }
   next_ = 0;
   last_wait_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+double bucketed_train_step(const ForwardFn& forward, torch::optim::Optimizer& optimizer, GradBuckets& buckets,
+                           const Batch& batch) {
+  optimizer.zero_grad();
+  auto loss = masked_cross_entropy(forward(batch.input), batch.labels, batch.mask);
+  loss.backward();
+  buckets.finish();
+  optimizer.step();
+  return loss.item<double>();
 }
 
 }  // namespace kit

@@ -22,12 +22,15 @@
 // mean few all-reduce calls but little overlap; tiny ones mean many small calls.
 #pragma once
 #include <torch/nn/module.h>
+#include <torch/optim/optimizer.h>
 #include <torch/types.h>
 
 #include <cstdint>
 #include <vector>
 
+#include "data/dataset.h"
 #include "dist/dist.h"
+#include "project/utils.h"  // ForwardFn
 
 namespace kit {
 
@@ -72,5 +75,10 @@ class GradBuckets {
   size_t next_ = 0;  // the first bucket not yet started
   double last_wait_s_ = 0;
 };
+
+// train_step's order with the buckets where average_gradients would be: zero_grad,
+// forward, masked loss, backward, buckets.finish(), optimizer step. Returns the loss.
+double bucketed_train_step(const ForwardFn& forward, torch::optim::Optimizer& optimizer, GradBuckets& buckets,
+                           const Batch& batch);
 
 }  // namespace kit

@@ -255,35 +255,54 @@ int get_world_size() { return group("get_world_size").world_size; }
 std::string get_backend() { return group("get_backend").backend_name; }
 torch::Device device() { return group("device").device; }
 
-void all_reduce(const torch::Tensor& tensor, ReduceOp op) {
-  check_tensor(tensor, "all_reduce");
-  c_allreduce_calls += 1;
-  c_allreduce_bytes += nbytes(tensor);
-  // Gloo and NCCL reduce dense buffers: reduce a contiguous copy and write it back.
-  std::vector<torch::Tensor> v{tensor.is_contiguous() ? tensor : tensor.contiguous()};
-  c10d::AllreduceOptions o;
-  o.reduceOp = to_c10d(op);
-  run("all_reduce", [&](compat::C10dBackend& b) { return b.allreduce(v, o); });
-  if (!v[0].is_same(tensor)) copy_back(tensor, v[0]);
-}
-
 // The handle c10d returns: c10d::Work in 2.x, c10d::ProcessGroup::Work in 1.13.
 using C10dWork = decltype(std::declval<compat::C10dBackend&>().allreduce(std::declval<std::vector<at::Tensor>&>()));
 
 struct Work::Impl {
   C10dWork work;
   std::vector<torch::Tensor> tensors;  // kept alive until the collective is done
-  std::string what;
+  const char* what = "";
+
+  // The one place all-reduces are counted and issued (all_reduce waits at once,
+  // all_reduce_async hands the Work to its caller).
+  static Work start(const torch::Tensor& contiguous, ReduceOp op, const char* what) {
+    Group& g = group(what);
+    c_allreduce_calls += 1;
+    c_allreduce_bytes += nbytes(contiguous);
+    auto impl = std::make_shared<Impl>();
+    impl->tensors = {contiguous};
+    impl->what = what;
+    c10d::AllreduceOptions o;
+    o.reduceOp = to_c10d(op);
+    try {
+      impl->work = g.backend->allreduce(impl->tensors, o);
+    } catch (const std::exception& e) {
+      throw CommError(failure_message(g, what, e));
+    }
+    Work w;
+    w.impl_ = std::move(impl);  // a nested class may set its enclosing class's members
+    return w;
+  }
 };
 
 void Work::wait() {
-  if (!impl_) throw Error("dist::Work::wait on a Work that was never started");
-  auto impl = std::move(impl_);  // waited for once; a second wait() is an error
+  if (!impl_) throw Error("dist::Work::wait on a Work that was never started (or already waited for)");
+  auto impl = std::move(impl_);  // waited for once
   try {
     impl->work->wait();
+  } catch (const Error&) {
+    throw;
   } catch (const std::exception& e) {
-    throw CommError(failure_message(group(impl->what.c_str()), impl->what.c_str(), e));
+    throw CommError(failure_message(group(impl->what), impl->what, e));
   }
+}
+
+void all_reduce(const torch::Tensor& tensor, ReduceOp op) {
+  check_tensor(tensor, "all_reduce");
+  // Gloo and NCCL reduce dense buffers: reduce a contiguous copy and write it back.
+  const torch::Tensor buffer = tensor.is_contiguous() ? tensor : tensor.contiguous();
+  Work::Impl::start(buffer, op, "all_reduce").wait();
+  if (!buffer.is_same(tensor)) copy_back(tensor, buffer);
 }
 
 Work all_reduce_async(const torch::Tensor& tensor, ReduceOp op) {
@@ -291,22 +310,7 @@ Work all_reduce_async(const torch::Tensor& tensor, ReduceOp op) {
   if (!tensor.is_contiguous())
     throw Error("dist::all_reduce_async needs a contiguous tensor (it reduces the buffer in place while you "
                 "go on): pass t.contiguous() and read the result from that");
-  Group& g = group("all_reduce_async");
-  c_allreduce_calls += 1;
-  c_allreduce_bytes += nbytes(tensor);
-  auto impl = std::make_shared<Work::Impl>();
-  impl->tensors = {tensor};
-  impl->what = "all_reduce_async";
-  c10d::AllreduceOptions o;
-  o.reduceOp = to_c10d(op);
-  try {
-    impl->work = g.backend->allreduce(impl->tensors, o);
-  } catch (const std::exception& e) {
-    throw CommError(failure_message(g, "all_reduce_async", e));
-  }
-  Work w;
-  w.impl_ = std::move(impl);
-  return w;
+  return Work::Impl::start(tensor, op, "all_reduce_async");
 }
 
 void broadcast(const torch::Tensor& tensor, int src) {

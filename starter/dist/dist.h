@@ -75,7 +75,6 @@ class Work {
   struct Impl;
 
  private:
-  friend Work all_reduce_async(const torch::Tensor& tensor, ReduceOp op);
   std::shared_ptr<Impl> impl_;
 };
 
