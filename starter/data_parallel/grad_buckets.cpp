@@ -100,10 +100,12 @@ void GradBuckets::finish() {
   }
   start_ready_buckets();
   const double world = static_cast<double>(dist::get_world_size());
-  const auto t0 = std::chrono::steady_clock::now();
   torch::NoGradGuard no_grad;
+  last_wait_s_ = 0;
   for (auto& b : buckets_) {
+    const auto t0 = std::chrono::steady_clock::now();
     if (b.work.started()) b.work.wait();
+    last_wait_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     b.flat.div_(world);
     for (int64_t i : b.slots) {
       Slot& s = slots_[i];
@@ -117,7 +119,6 @@ void GradBuckets::finish() {
     b.waiting = static_cast<int64_t>(b.slots.size());
   }
   next_ = 0;
-  last_wait_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 double bucketed_train_step(const ForwardFn& forward, torch::optim::Optimizer& optimizer, GradBuckets& buckets,
