@@ -7,24 +7,33 @@ SUBMISSION is a directory or a .zip (one enclosing folder is fine). Only the stu
 files named in grader/rubric.json are taken from it (at <f> or starter/<f>), plus
 submit_figures/*.png; everything else is listed and ignored, so a submission can never
 replace tests, rubric, CMake or given code. The student files are copied into a clean
-copy of the kit (without solution/), built, and every test case runs as its own ctest
-test with its own timeout. results.json is always written, even when everything fails.
+copy of the kit (without solution/), built, and every test case runs as its own process
+in a sandbox (grader/sandbox.py) with its own timeout. A case earns points only when the test
+program's verdict channel says, with the token of that run, that the case's body ended and
+passed; which cases exist comes from the kit (its starter stubs), never from the submission.
+results.json is always written, even when everything fails, after every process the
+submission started is gone.
 """
 import argparse
+import concurrent.futures
+import hashlib
 import fnmatch
 import json
 import os
 import re
 import shutil
 import signal
+import stat
 import struct
 import subprocess
 import sys
 import tempfile
 import time
-import xml.etree.ElementTree as ET
 import zipfile
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from sandbox import Sandbox  # noqa: E402
 
 KIT = Path(__file__).resolve().parent.parent
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -40,6 +49,9 @@ def load_rubric(kit=KIT):
 
 
 # ---------------------------------------------------------------- the submission
+MAX_UNPACKED = 256 * 1024 ** 2  # bytes a submission zip may unpack to
+
+
 def unpack(submission: Path, scratch: Path) -> Path:
     """The submission's root directory (a zip is extracted; one enclosing folder is entered)."""
     if not submission.exists():
@@ -47,38 +59,70 @@ def unpack(submission: Path, scratch: Path) -> Path:
     if submission.is_file():
         if not zipfile.is_zipfile(submission):
             raise ValueError(f"submission {submission} is neither a directory nor a zip file")
-        root = scratch / "unzipped"
+        root = (scratch / "unzipped").resolve()
         with zipfile.ZipFile(submission) as z:
-            for member in z.namelist():  # refuse paths that escape the extraction directory
-                target = (root / member).resolve()
-                if not str(target).startswith(str(root.resolve())):
-                    raise ValueError(f"zip member {member} points outside the archive")
+            members = z.infolist()
+            if sum(m.file_size for m in members) > MAX_UNPACKED:
+                raise ValueError(f"the zip unpacks to more than {MAX_UNPACKED >> 20} MiB: submit only the "
+                                 "student files and submit_figures/")
+            for m in members:  # refuse paths that escape the extraction directory, and links
+                target = (root / m.filename).resolve()
+                if target != root and root not in target.parents:
+                    raise ValueError(f"zip member {m.filename} points outside the archive")
+                if stat.S_ISLNK(m.external_attr >> 16):
+                    raise ValueError(f"zip member {m.filename} is a symbolic link: submit the file itself")
             z.extractall(root)
         submission = root
     entries = [p for p in submission.iterdir() if p.name not in ("__MACOSX", ".DS_Store")]
-    if len(entries) == 1 and entries[0].is_dir():
+    if len(entries) == 1 and entries[0].is_dir() and not entries[0].is_symlink():
         return entries[0]
     return submission
 
 
+def regular_file(root: Path, rel: str):
+    """root/rel when it is a regular file reached without any symbolic link, else None."""
+    path = root
+    for part in Path(rel).parts:
+        path = path / part
+        try:
+            st = os.lstat(path)
+        except OSError:
+            return None
+        if stat.S_ISLNK(st.st_mode):
+            return None
+    return path if stat.S_ISREG(st.st_mode) else None
+
+
+def read_nofollow(path: Path) -> bytes:
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    with os.fdopen(fd, "rb") as f:
+        return f.read()
+
+
 def collect(root: Path, rubric):
-    """(student files found {f: path}, figures {name: path}, ignored relative paths)."""
+    """(student files found {f: path}, figures {name: path}, ignored relative paths).
+    Symbolic links are never followed: a link is listed as ignored, whatever it points to."""
     found, figures, used = {}, {}, set()
     for f in rubric["student_files"]:
-        for cand in (root / "starter" / f, root / f):
-            if cand.is_file():
+        for rel in ("starter/" + f, f):
+            cand = regular_file(root, rel)
+            if cand:
                 found[f] = cand
-                used.add(cand.resolve())
+                used.add(cand)
                 break
     fig_dir = root / "submit_figures"
-    if fig_dir.is_dir():
-        for p in sorted(fig_dir.iterdir()):
-            if p.is_file():
+    if fig_dir.is_dir() and not fig_dir.is_symlink():
+        for p in sorted((root / "submit_figures").iterdir()):
+            if regular_file(root, "submit_figures/" + p.name):
                 figures[p.name] = p
-                used.add(p.resolve())
-    ignored = sorted(str(p.relative_to(root)) for p in root.rglob("*")
-                     if p.is_file() and p.resolve() not in used)
-    return found, figures, ignored
+                used.add(p)
+    ignored = []
+    for dirpath, dirnames, filenames in os.walk(root):  # does not descend into linked directories
+        for name in filenames + [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]:
+            p = Path(dirpath) / name
+            if p not in used:
+                ignored.append(str(p.relative_to(root)) + (" (a symbolic link)" if p.is_symlink() else ""))
+    return found, figures, sorted(ignored)
 
 
 # ---------------------------------------------------------------- the kit copy
@@ -107,22 +151,26 @@ def put(path: Path, data: bytes):
 
 
 def run(cmd, cwd, timeout, log):
-    """Run cmd in its own session; on timeout kill the whole process group."""
+    """Run cmd in its own session, its output going to a file (a pipe held open by a process
+    outside the group could hang the reader); on timeout kill the whole process group."""
     t0 = time.time()
-    p = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                         start_new_session=True, text=True, errors="replace")
-    try:
-        out, _ = p.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(p.pid, signal.SIGKILL)
-        out, _ = p.communicate()
-        out += f"\n[grader] {' '.join(map(str, cmd[:2]))} stopped after {timeout} s\n"
-        p.returncode = -9
-    finally:
+    with tempfile.TemporaryFile() as out_file:
+        p = subprocess.Popen(cmd, cwd=cwd, stdin=subprocess.DEVNULL, stdout=out_file, stderr=subprocess.STDOUT,
+                             start_new_session=True)
         try:
-            os.killpg(p.pid, signal.SIGKILL)  # anything the tests left running
-        except ProcessLookupError:
+            p.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
             pass
+        finally:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)  # on timeout, and anything left running
+            except ProcessLookupError:
+                pass
+            p.wait()
+        out_file.seek(0)
+        out = out_file.read().decode(errors="replace")
+    if time.time() - t0 >= timeout:
+        out += f"\n[grader] {' '.join(map(str, cmd[:2]))} stopped after {timeout} s\n"
     log.append(f"$ {' '.join(map(str, cmd))}  ({time.time() - t0:.0f} s, exit {p.returncode})")
     return p.returncode, out
 
@@ -149,12 +197,12 @@ def graded_suites(rubric) -> list:
     return sorted({t.split(".")[0] for it in rubric["items"] for t in it.get("tests", [])})
 
 
-def build(work: Path, build_dir: Path, jobs: int, timeout: int, log, test_timeout=0, suites=()):
+def build(work: Path, build_dir: Path, jobs: int, timeout: int, log, suites=()):
     """Configure (once per setting) and build only what grading runs: the graded suites'
     test programs and what they depend on, not the other programs, benchmarks or plots."""
     cache = build_dir / "CMakeCache.txt"
     suites = ";".join(suites)
-    wants = [f"KIT_TEST_TIMEOUT:STRING={test_timeout}", f"KIT_TEST_SUITES:STRING={suites}"]
+    wants = [f"KIT_TEST_SUITES:STRING={suites}"]
     if not cache.exists() or any(w not in cache.read_text(errors="replace") for w in wants):
         rc, out = run(["cmake", "-S", str(work), "-B", str(build_dir), "-DKIT_SOLUTION=OFF",
                        "-DCMAKE_BUILD_TYPE=Release", "-DKIT_PLOTS=OFF"] + ["-D" + w for w in wants],
@@ -165,38 +213,100 @@ def build(work: Path, build_dir: Path, jobs: int, timeout: int, log, test_timeou
     return run(["cmake", "--build", str(build_dir), "-j", str(jobs), "--target"] + targets, work, timeout, log)
 
 
-def glob_to_cmake_regex(pattern: str) -> str:
-    """A ctest -R regex for a rubric glob (CMake's regex has no (?:...) groups, so not fnmatch.translate)."""
-    out = []
-    for c in pattern:
-        out.append(".*" if c == "*" else "." if c == "?" else "\\" + c if c in ".+^$()[]|\\" else c)
-    return "^" + "".join(out) + "$"
+# ---------------------------------------------------------------- which cases, and running them
+def kit_fingerprint(kit_copy: Path, student_files) -> str:
+    """A hash of the kit copy without the student files: the graded cases depend on nothing else."""
+    h = hashlib.sha256()
+    skip = {Path("starter") / f for f in student_files}
+    for dirpath, dirnames, filenames in os.walk(kit_copy):
+        dirnames.sort()
+        for name in sorted(filenames):
+            rel = (Path(dirpath) / name).relative_to(kit_copy)
+            if rel not in skip:
+                h.update(str(rel).encode() + b"\0" + (kit_copy / rel).read_bytes() + b"\0")
+    return h.hexdigest()[:32]
 
 
-def run_tests(build_dir: Path, patterns, jobs: int, timeout: int, log):
-    """{test name: (passed, output)} for the ctest tests matching the patterns (skipped ones left out)."""
-    regex = "|".join(glob_to_cmake_regex(p) for p in patterns)
-    junit = build_dir / "grader-junit.xml"
-    if junit.exists():
-        junit.unlink()
-    _, ctest_out = run(["ctest", "--test-dir", str(build_dir), "-R", regex, "-j", str(jobs),
-                        "--output-junit", str(junit)], build_dir, timeout, log)
-    # ctest's own verdict for cases it stopped or that crashed (junit leaves it out): ***Timeout, SEGFAULT, ...
-    verdict = dict(re.findall(r"Test\s+#\d+: (\S+) \.*\s*\**(Timeout|SEGFAULT|Child aborted|Exception[^\d]*?|"
-                              r"BAD_COMMAND|ILLEGAL|INTERRUPT|NUMERICAL|OTHER_FAULT|Subprocess aborted)\s+[\d.]+ sec",
-                              ctest_out))
-    results = {}
-    if junit.exists():
-        for case in ET.parse(junit).getroot().iter("testcase"):
-            out = case.findtext("system-out") or ""
-            if case.find("skipped") is not None or "[  SKIPPED ]" in out:
-                continue  # e.g. a CUDA-only case on a CPU machine: not counted either way
-            status = case.get("status", "")
-            failed = case.find("failure") is not None or case.find("error") is not None or status not in ("run", "")
-            why = verdict.get(case.get("name"), "")
-            if failed and why:  # e.g. Timeout, SEGFAULT: say so before gtest's output
-                out = f"ctest: {why} (the case was stopped; other cases are not affected)\n" + out
-            results[case.get("name")] = (not failed, out)
+def suite_programs(build_dir: Path, suites):
+    """{suite: {"program", "timeout"}} from the manifests the kit's build writes (tests/CMakeLists.txt)."""
+    out = {}
+    for s in suites:
+        path = build_dir / "kit_suites" / f"{s}.json"
+        if not path.is_file():
+            raise RuntimeError(f"the build wrote no {path}: is '{s}' a test suite under tests/?")
+        out[s] = json.loads(path.read_text())
+    return out
+
+
+def parse_gtest_list(text: str):
+    """Case names (Suite.Case) from `--gtest_list_tests` output."""
+    cases, suite = [], None
+    for line in text.splitlines():
+        if not line.strip() or line.startswith(("Running main()", "[")):
+            continue
+        name = line.split("#", 1)[0].rstrip()
+        if not line.startswith(" "):
+            suite = name.rstrip(".")
+        elif suite and "DISABLED_" not in suite + name:
+            cases.append(f"{suite}.{name.strip()}")
+    return cases
+
+
+def list_cases(sandbox, programs, scratch: Path, log):
+    """{graded name (<suite>.<gtest name>): (suite, gtest name)} as the given build lists them."""
+    cases = {}
+    for suite, info in sorted(programs.items()):
+        r = sandbox.run([info["program"], "--gtest_list_tests"], scratch, 120, channel=False, keep=4 << 20)
+        names = parse_gtest_list(r["output"])
+        if r["exit"] != 0 or not names:
+            raise RuntimeError(f"listing the cases of {info['program']} failed (exit {r['exit']}):\n"
+                               + r["output"][-2000:])
+        log.append(f"{suite}: {len(names)} cases")
+        for n in names:
+            cases[f"{suite}.{n}"] = (suite, n)
+    return cases
+
+
+def case_verdict(r, gtest_name, may_skip: bool, timeout):
+    """'pass', 'fail' or 'skip', and what to show: only the run's token-carrying records count."""
+    mine = [kind for kind, rest in r["records"] if rest == gtest_name and kind in ("PASS", "FAIL", "SKIP")]
+    ended = [rest for kind, rest in r["records"] if kind == "END"]
+    out = r["output"]
+    if r["timed_out"]:
+        return "fail", f"timeout: the case was stopped after {timeout} s (other cases are not affected)\n" + out
+    if mine == ["PASS"] and ended == ["1"]:
+        return "pass", out
+    if mine == ["SKIP"] and ended == ["1"]:
+        if may_skip:
+            return "skip", out
+        return "fail", "the case was skipped, and this case may not be skipped\n" + out
+    if "FAIL" in mine:
+        return "fail", out
+    status = r["exit"] if r["exit"] >= 0 else f"killed by signal {-r['exit']}"
+    if not mine:
+        return "fail", (f"the test program ended (exit status {status}) without reporting that this case ran "
+                        "to the end: it stopped early, crashed or exited from inside the code under test\n" + out)
+    return "fail", f"the test program reported {len(mine)} verdicts for this case, not one\n" + out
+
+
+def run_tests(sandbox, programs, cases, jobs: int, budget: int, test_timeout, may_skip, scratch: Path, log):
+    """{graded name: (status, output)}: every case in its own sandboxed process, `jobs` at a time."""
+    t0, results = time.time(), {}
+
+    def one(name):
+        suite, gtest_name = cases[name]
+        timeout = test_timeout or programs[suite]["timeout"]
+        if time.time() - t0 + 1 > budget:
+            return name, ("fail", f"not run: the grading time budget of {budget} s ran out")
+        r = sandbox.run([programs[suite]["program"], f"--gtest_filter={gtest_name}"], scratch,
+                        min(timeout, max(1, budget - (time.time() - t0))))
+        skip_ok = any(fnmatch.fnmatchcase(name, p) for p in may_skip)
+        return name, case_verdict(r, gtest_name, skip_ok, timeout)
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        for name, verdict in pool.map(one, sorted(cases)):
+            results[name] = verdict
+    log.append(f"ran {len(cases)} cases in {time.time() - t0:.0f} s")
     return results
 
 
@@ -213,7 +323,7 @@ def failure_message(text: str, limit=1500) -> str:
 
 # ---------------------------------------------------------------- checks
 def png_ok(path: Path):
-    data = path.read_bytes()[:33]
+    data = read_nofollow(path)[:33]
     if len(data) < 33 or data[:8] != PNG_SIGNATURE or data[12:16] != b"IHDR":
         return False, "not a PNG file"
     w, h = struct.unpack(">II", data[16:24])
@@ -222,10 +332,74 @@ def png_ok(path: Path):
     return True, f"{w}x{h} PNG"
 
 
+def lex(src: str):
+    """(code, strings): code with comments and the insides of string and character literals
+    blanked (line numbers kept), and [(line, literal text)]. Line continuations are joined
+    first, so a name cannot be hidden by splitting it over two lines."""
+    src = re.sub(r"\\\r?\n", lambda m: "" , src)
+    code, strings, i, n, line = [], [], 0, len(src), 1
+    while i < n:
+        c = src[i]
+        if src.startswith("//", i):
+            j = src.find("\n", i)
+            j = n if j < 0 else j
+            code.append(" " * (j - i))
+            i = j
+        elif src.startswith("/*", i):
+            j = src.find("*/", i + 2)
+            j = n if j < 0 else j + 2
+            chunk = src[i:j]
+            code.append(re.sub(r"[^\n]", " ", chunk))
+            line += chunk.count("\n")
+            i = j
+        elif c in "\"'":
+            m = re.match(r'R"([^(\s]*)\((.*?)\)\1"', src[i - 1:], re.S) if c == '"' and i and src[i - 1] == "R" \
+                else re.match(r"%s(\\.|[^%s\\\n])*%s?" % (c, c, c), src[i:], re.S)
+            text = m.group(0)[1:] if c == '"' and i and src[i - 1] == "R" else m.group(0)
+            strings.append((line, text))
+            code.append(c + re.sub(r"[^\n]", " ", text[1:]))
+            line += text.count("\n")
+            i += len(text)
+        else:
+            code.append(c)
+            line += c == "\n"
+            i += 1
+    return "".join(code), strings
+
+
 def strip_comments(src: str) -> str:
-    src = re.sub(r"/\*.*?\*/", "", src, flags=re.S)
-    src = re.sub(r"//[^\n]*", "", src)
-    return re.sub(r'"(\\.|[^"\\])*"', '""', src)
+    return lex(src)[0]
+
+
+def token_regex(token: str) -> str:
+    """A call 'name(' (any '::' qualification, not a member '.name(' or '->name('), a word, or text."""
+    if token.endswith("("):
+        return r"(?<![\w.>])(?:\w+\s*)?(?:::\s*)?" + re.escape(token[:-1]) + r"\s*\("
+    if re.fullmatch(r"[\w:]+", token):
+        return r"(?<![\w.>])" + re.escape(token) + r"(?!\w)"
+    return re.escape(token)
+
+
+def static_findings(found, rubric):
+    """[(file, line, what, text)]: calls that have no business in a student file (rubric
+    "static_checks"), in every student file; string literals are searched for the "strings" list."""
+    checks, out = rubric.get("static_checks", {}), []
+    for f in sorted(found):
+        text = read_nofollow(found[f]).decode(errors="replace")
+        code, strings = lex(text)
+        code_lines = code.splitlines()
+        for what, tokens in checks.get("code", {}).items():
+            pats = [(t, re.compile(token_regex(t))) for t in tokens]
+            for n, l in enumerate(code_lines, 1):
+                hits = [t for t, rx in pats if rx.search(l)]
+                if hits:
+                    out.append((f, n, what, ", ".join(t.rstrip("(") for t in hits) + ": " + l.strip()[:120]))
+        for what, needles in checks.get("strings", {}).items():
+            for n, lit in strings:
+                hits = [x for x in needles if x in lit]
+                if hits:
+                    out.append((f, n, what, ", ".join(hits) + ": " + lit[:120]))
+    return sorted(set(out), key=lambda x: (x[0], x[1], x[2]))
 
 
 def check_restrictions(found, rubric):
@@ -235,7 +409,7 @@ def check_restrictions(found, rubric):
     for f in r.get("files", []):
         if f not in found:
             continue
-        text = found[f].read_text(errors="replace")
+        text = read_nofollow(found[f]).decode(errors="replace")
         for n, line in enumerate(text.splitlines(), 1):
             m = re.match(r'\s*#\s*include\s*[<"]([^>"]+)[>"]', line)
             if m and m.group(1) not in allowed:
@@ -249,92 +423,167 @@ def check_restrictions(found, rubric):
 
 
 # ---------------------------------------------------------------- grading
+def graded_cases(kit_copy: Path, build_dir: Path, work: Path, rubric, stubs, sandbox, jobs, scratch, log):
+    """The cases the kit has ({graded name: (suite, gtest name)}), listed from a build of the kit
+    with its own starter stubs (so no submission's code runs while listing) and kept in
+    work/cases/<kit fingerprint>.json; a submission cannot change which cases are graded."""
+    key = kit_fingerprint(kit_copy, rubric["student_files"])
+    cache = work / "cases" / f"{key}.json"
+    if cache.is_file():
+        return json.loads(cache.read_text())
+    for f in rubric["student_files"]:
+        put(kit_copy / "starter" / f, stubs[f])
+    rc, out = build(kit_copy, build_dir, jobs, rubric["timeouts"]["build_seconds"], log, graded_suites(rubric))
+    if rc != 0:
+        raise RuntimeError("the kit with its starter stubs does not build:\n" + out[-4000:])
+    cases = list_cases(sandbox, suite_programs(build_dir, graded_suites(rubric)), scratch, log)
+    unmatched = [p for it in rubric["items"] for p in it.get("tests", [])
+                 if not any(fnmatch.fnmatchcase(n, p) for n in cases)]
+    if unmatched:
+        raise RuntimeError("rubric test patterns that match no case of the kit: " + ", ".join(unmatched))
+    cache.parent.mkdir(exist_ok=True)
+    for old in cache.parent.glob("*.json"):
+        old.unlink()
+    tmp = cache.with_suffix(".tmp")
+    tmp.write_text(json.dumps(cases, indent=1))
+    os.replace(tmp, cache)
+    return cases
+
+
+def static_item(found, rubric, number):
+    """The 0-point item that shows what the static checks saw, and the files they flagged."""
+    findings = static_findings(found, rubric)
+    action = rubric.get("static_checks", {}).get("action", "flag")
+    lines = [f"{f}:{n}: {what}: {text}" for f, n, what, text in findings]
+    if findings:
+        lines.append("\nThese calls have no business in a student file. " +
+                     ("Items that use a flagged file score 0 (rubric static_checks.action = \"zero\")."
+                      if action == "zero" else "They cost no points; the instructor reads this list."))
+    return {"name": "Static checks: calls with no business in a student file (read by the instructor)",
+            "number": str(number), "score": 0, "max_score": 0, "visibility": "visible",
+            "status": "failed" if findings else "passed",
+            "output": "\n".join(lines) or "nothing found: no process exit, process start, /proc, environment, "
+                                          "argv or file access in any student file"}, \
+        ({f for f, *_ in findings} if action == "zero" else set())
+
+
 def grade(submission: Path, work: Path, jobs: int, items_filter=None, kit=KIT, test_timeout=None):
     rubric, log, tests_out, t0 = load_rubric(kit), [], [], time.time()
     if test_timeout is None:  # 0: each suite's own TIMEOUT (tests/CMakeLists.txt)
         test_timeout = rubric["timeouts"].get("test_case_seconds", 0)
-    with tempfile.TemporaryDirectory(prefix="grade-") as scratch:
-        root = unpack(submission, Path(scratch))
-        found, figures, ignored = collect(root, rubric)
-        if ignored:
-            log.append("ignored (not student files): " + ", ".join(ignored[:30]) +
-                       (f" and {len(ignored) - 30} more" if len(ignored) > 30 else ""))
-        missing = [f for f in rubric["student_files"] if f not in found]
-        if missing:
-            log.append("not submitted, starter stubs used: " + ", ".join(missing))
-
-        work.mkdir(parents=True, exist_ok=True)
-        sync_tree(kit, work / "kit", skip={"starter/" + f for f in rubric["student_files"]})
-        kit_copy, build_dir = work / "kit", work / "build"
-        stubs = {f: (kit / "starter" / f).read_bytes() for f in rubric["student_files"]}
-        for f in rubric["student_files"]:
-            put(kit_copy / "starter" / f, found[f].read_bytes() if f in found else stubs[f])
-
-        items = [it for it in rubric["items"] if not items_filter or any(k in it["name"] for k in items_filter)]
-        compile_failed = {}
-        rc, out = build(kit_copy, build_dir, jobs, rubric["timeouts"]["build_seconds"], log, test_timeout,
-                            graded_suites(rubric))
-        while rc != 0:  # make stops at the first broken file: repeat until no new one shows up
-            new = {f: e for f, e in compile_errors_by_file(out, rubric["student_files"]).items()
-                   if f not in compile_failed}
-            if not new:
-                break
-            compile_failed.update(new)
-            for f in new:  # grade the rest: put the stub back for what does not compile
-                put(kit_copy / "starter" / f, stubs[f])
-            rc, out = build(kit_copy, build_dir, jobs, rubric["timeouts"]["build_seconds"], log, test_timeout,
-                            graded_suites(rubric))
-        build_broken = rc != 0
-        if build_broken:
-            log.append("the kit did not build:\n" + out[-4000:])
-
-        patterns = [p for it in items for p in it.get("tests", [])]
-        results = {} if build_broken or not patterns else run_tests(
-            build_dir, patterns, jobs, rubric["timeouts"]["tests_seconds"], log)
-
-        for number, it in enumerate(items, 1):
-            entry = {"name": it["name"], "number": str(number), "max_score": it["points"], "visibility": "visible"}
-            broken = [f for f in it.get("files", []) if f in compile_failed]
-            if "figures" in it:
-                lines, ok = [], 0
-                for name in it["figures"]:
-                    if name not in figures:
-                        lines.append(f"missing submit_figures/{name}")
-                        continue
-                    good, what = png_ok(figures[name])
-                    ok += good
-                    lines.append(f"submit_figures/{name}: {what}")
-                entry["score"] = round(it["points"] * ok / len(it["figures"]), 2)
-                entry["output"] = "\n".join(lines)
-            elif broken or build_broken:
-                entry["score"] = 0
-                msg = [f"{f} does not compile:\n" + "\n".join(compile_failed[f][:20]) for f in broken]
-                entry["output"] = "\n\n".join(msg) or "the kit did not build (see the top-level output)"
-            else:
-                # given_tests check given code (input validation outside the student blocks): they
-                # pass with the stubs, so they earn nothing (the starter must score 0).
-                mine = {n: r for n, r in results.items() if any(fnmatch.fnmatchcase(n, p) for p in it["tests"])
-                        and not any(fnmatch.fnmatchcase(n, p) for p in rubric.get("given_tests", []))}
-                passed = sum(ok for ok, _ in mine.values())
-                entry["score"] = round(it["points"] * passed / len(mine), 2) if mine else 0
-                lines = [f"{passed}/{len(mine)} test cases passed"] if mine else ["no test case ran"]
-                for name, (ok, text) in sorted(mine.items()):
-                    if not ok:
-                        lines.append(f"\nFAILED {name}\n" + failure_message(text))
-                entry["output"] = "\n".join(lines)
-            entry["status"] = "passed" if entry["score"] == entry["max_score"] else "failed"
-            tests_out.append(entry)
-
-        problems = check_restrictions(found, rubric)
-        tests_out.append({"name": "Implementation restrictions (Problem 1: only the kit's dist layer and launcher)",
-                          "number": str(len(items) + 1), "score": 0, "max_score": 0,
-                          "status": "failed" if problems else "passed", "visibility": "visible",
-                          "output": "\n".join(problems) or "no include or call outside the allowed set"})
-
+    sandbox = Sandbox(jobs)
+    log.append(sandbox.describe())
+    work.mkdir(parents=True, exist_ok=True)
+    runs = work / "runs"  # each case's own directory goes here, made fresh and removed after
+    runs.mkdir(exist_ok=True)
+    for d in (work, runs):
+        os.chmod(d, 0o755)  # the sandbox users need to reach the test programs, nothing more
+    try:
+        with tempfile.TemporaryDirectory(prefix="grade-") as scratch:
+            tests_out = grade_in(submission, work, jobs, items_filter, kit, test_timeout, rubric, log,
+                                 Path(scratch), sandbox, runs)
+    finally:
+        sandbox.sweep()
+        left = sandbox.leftovers()
+        if left:
+            log.append(f"processes still alive after the sweep: {left}")
     return {"score": round(sum(t["score"] for t in tests_out), 2),
             "execution_time": round(time.time() - t0, 1),
             "output": "\n".join(log),
             "tests": tests_out}
+
+
+def grade_in(submission, work, jobs, items_filter, kit, test_timeout, rubric, log, scratch, sandbox, runs):
+    tests_out = []
+    root = unpack(submission, scratch)
+    found, figures, ignored = collect(root, rubric)
+    if ignored:
+        log.append("ignored (not student files): " + ", ".join(ignored[:30]) +
+                   (f" and {len(ignored) - 30} more" if len(ignored) > 30 else ""))
+    missing = [f for f in rubric["student_files"] if f not in found]
+    if missing:
+        log.append("not submitted, starter stubs used: " + ", ".join(missing))
+
+    sync_tree(kit, work / "kit", skip={"starter/" + f for f in rubric["student_files"]})
+    kit_copy, build_dir = work / "kit", work / "build"
+    stubs = {f: (kit / "starter" / f).read_bytes() for f in rubric["student_files"]}
+    cases = graded_cases(kit_copy, build_dir, work, rubric, stubs, sandbox, jobs, runs, log)
+    for f in rubric["student_files"]:
+        put(kit_copy / "starter" / f, read_nofollow(found[f]) if f in found else stubs[f])
+
+    items = [it for it in rubric["items"] if not items_filter or any(k in it["name"] for k in items_filter)]
+    compile_failed = {}
+    rc, out = build(kit_copy, build_dir, jobs, rubric["timeouts"]["build_seconds"], log, graded_suites(rubric))
+    while rc != 0:  # make stops at the first broken file: repeat until no new one shows up
+        new = {f: e for f, e in compile_errors_by_file(out, rubric["student_files"]).items()
+               if f not in compile_failed}
+        if not new:
+            break
+        compile_failed.update(new)
+        for f in new:  # grade the rest: put the stub back for what does not compile
+            put(kit_copy / "starter" / f, stubs[f])
+        rc, out = build(kit_copy, build_dir, jobs, rubric["timeouts"]["build_seconds"], log, graded_suites(rubric))
+    build_broken = rc != 0
+    if build_broken:
+        log.append("the kit did not build:\n" + out[-4000:])
+
+    patterns = [p for it in items for p in it.get("tests", [])]
+    wanted = {n: c for n, c in cases.items() if any(fnmatch.fnmatchcase(n, p) for p in patterns)
+              and not any(fnmatch.fnmatchcase(n, p) for p in rubric.get("given_tests", []))}
+    results = {} if build_broken or not wanted else run_tests(
+        sandbox, suite_programs(build_dir, graded_suites(rubric)), wanted, jobs,
+        rubric["timeouts"]["tests_seconds"], test_timeout, rubric.get("may_skip", []), runs, log)
+
+    static, zeroed = static_item(found, rubric, len(items) + 2)
+    for number, it in enumerate(items, 1):
+        entry = {"name": it["name"], "number": str(number), "max_score": it["points"], "visibility": "visible"}
+        broken = [f for f in it.get("files", []) if f in compile_failed]
+        flagged = [f for f in it.get("files", []) if f in zeroed]
+        if "figures" in it:
+            lines, ok = [], 0
+            for name in it["figures"]:
+                if name not in figures:
+                    lines.append(f"missing submit_figures/{name}")
+                    continue
+                good, what = png_ok(figures[name])
+                ok += good
+                lines.append(f"submit_figures/{name}: {what}")
+            entry["score"] = round(it["points"] * ok / len(it["figures"]), 2)
+            entry["output"] = "\n".join(lines)
+        elif broken or build_broken:
+            entry["score"] = 0
+            msg = [f"{f} does not compile:\n" + "\n".join(compile_failed[f][:20]) for f in broken]
+            entry["output"] = "\n\n".join(msg) or "the kit did not build (see the top-level output)"
+        elif flagged:
+            entry["score"] = 0
+            entry["output"] = ("0 points: the static checks flagged " + ", ".join(flagged) +
+                               " (see the static checks item)")
+        else:
+            # given_tests check given code (input validation outside the student blocks): they
+            # pass with the stubs, so they earn nothing (the starter must score 0). Skipped cases
+            # (only those the rubric's may_skip allows, e.g. CUDA-only ones) count neither way.
+            mine = {n: r for n, r in results.items() if any(fnmatch.fnmatchcase(n, p) for p in it["tests"])}
+            counted = {n: r for n, r in mine.items() if r[0] != "skip"}
+            passed = sum(st == "pass" for st, _ in counted.values())
+            entry["score"] = round(it["points"] * passed / len(counted), 2) if counted else 0
+            lines = [f"{passed}/{len(counted)} test cases passed"] if counted else ["no test case ran"]
+            skipped = len(mine) - len(counted)
+            if skipped:
+                lines[0] += f" ({skipped} skipped on this machine, not counted)"
+            for name, (st, text) in sorted(counted.items()):
+                if st != "pass":
+                    lines.append(f"\nFAILED {name}\n" + failure_message(text))
+            entry["output"] = "\n".join(lines)
+        entry["status"] = "passed" if entry["score"] == entry["max_score"] else "failed"
+        tests_out.append(entry)
+
+    problems = check_restrictions(found, rubric)
+    tests_out.append({"name": "Implementation restrictions (Problem 1: only the kit's dist layer and launcher)",
+                      "number": str(len(items) + 1), "score": 0, "max_score": 0,
+                      "status": "failed" if problems else "passed", "visibility": "visible",
+                      "output": "\n".join(problems) or "no include or call outside the allowed set"})
+    tests_out.append(static)
+    return tests_out
 
 
 def print_table(results, stream=sys.stdout):
@@ -368,8 +617,12 @@ def main(argv=None):
     finally:
         if tmp:
             shutil.rmtree(tmp, ignore_errors=True)
+    # Written only now that every process the submission started is gone (grade() swept them),
+    # and in one rename, so no reader ever sees a half-written file.
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=2) + "\n")
+    tmp = args.out.with_name(args.out.name + ".tmp")
+    tmp.write_text(json.dumps(results, indent=2) + "\n")
+    os.replace(tmp, args.out)
     if results["output"]:
         print(results["output"])
     print_table(results)

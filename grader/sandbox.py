@@ -1,0 +1,260 @@
+"""Run untrusted test programs so that nothing they do outlives them or speaks for them.
+
+A submission's code runs inside the test programs, so the grader trusts nothing those
+processes print, write or return. Each case runs like this:
+
+  * Verdicts: the grader makes a fresh random token per run and hands it over a pipe;
+    tests/kit_gtest_main.cpp writes "KIT-VERDICT <token> PASS|FAIL|SKIP <case>" on a second
+    pipe after the case's body ended, and "... END <n>" after GoogleTest finished. A case
+    passes only with both lines. Exit statuses, stdout and report files count for nothing.
+  * Containment, strongest first (chosen once, by what this machine allows):
+      root:      a PID namespace (when the program's main process ends, the kernel kills
+                 every process it left, setsid and double forks included) and a separate
+                 unprivileged user per parallel slot (no write access to the grader's files,
+                 results.json or the work dir; every process of that user is killed after
+                 each case, which also covers machines where namespaces are refused).
+      non-root:  a user + PID namespace (processes contained as above; files are not:
+                 grade untrusted code as root, as Gradescope does).
+      fallback:  the grader becomes a child subreaper, so orphans are re-parented to it
+                 and killed after each case (said in the output).
+  * Limits: a wall-clock timeout per case, at most NPROC processes per sandbox user,
+    FSIZE bytes per written file, no core files, the parent's death kills the case.
+"""
+import ctypes
+import os
+import secrets
+import select
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+SANDBOX_UID = int(os.environ.get("KIT_GRADER_SANDBOX_UID", "64190"))  # slot k runs as uid + k
+NPROC = 1024               # tasks (threads count) per sandbox user: bounds fork bombs
+FSIZE = 256 * 1024 ** 2    # bytes per file a case may write (its output included)
+OUTPUT_KEEP = 64 * 1024    # bytes of a case's output kept for the report (the end)
+VERDICT_MAX = 1024 * 1024  # bytes read from the verdict pipe
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def _works(cmd) -> bool:
+    try:
+        return subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL, timeout=20).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
+class Sandbox:
+    """Chooses the containment once; run() runs one program in it."""
+
+    def __init__(self, slots: int = 1):
+        self.root = os.geteuid() == 0
+        self.slots = max(1, slots)
+        ns = ["unshare", "--pid", "--fork", "--kill-child", "--mount-proc"]
+        if not self.root:
+            ns = ["unshare", "--map-root-user"] + ns[1:]
+        self.ns = ns if shutil.which("unshare") and _works(ns + ["true"]) else []
+        self.has_tools = all(shutil.which(t) for t in ("setpriv", "prlimit"))
+        if not self.ns:  # orphans come back to us instead of init, so they can be found
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+        self.lock = threading.Lock()
+        self.free = list(range(self.slots))
+        self.running = set()  # pids of the cases now running (the fallback must not kill them)
+
+    def describe(self) -> str:
+        parts = []
+        if self.root:
+            parts.append(f"separate users (uid {SANDBOX_UID}..{SANDBOX_UID + self.slots - 1})")
+        parts.append("a PID namespace per case" if self.ns else
+                     "no namespaces on this machine: orphans are re-parented to the grader and killed")
+        if not self.root:
+            parts.append("not root: a submission can write what the grader's user can "
+                         "(grade untrusted code as root)")
+        return "sandbox: " + "; ".join(parts)
+
+    # -------------------------------------------------------------- one case
+    def run(self, argv, cwd_parent: Path, timeout: float, channel: bool = True, keep: int = OUTPUT_KEEP):
+        """Runs argv in a fresh directory under cwd_parent. Returns a dict: records (verdict
+        lines carrying this run's token, as (kind, rest) pairs), output (the end of stdout and
+        stderr), exit (status, -N for signal N), timed_out, seconds."""
+        slot = self._take_slot()
+        try:
+            return self._run(argv, cwd_parent, timeout, channel, slot, keep)
+        finally:
+            with self.lock:
+                self.free.append(slot)
+
+    def _take_slot(self):
+        while True:
+            with self.lock:
+                if self.free:
+                    return self.free.pop()
+            time.sleep(0.01)
+
+    def _prefix(self, uid):
+        p = []
+        if self.has_tools:
+            p += ["setpriv", "--pdeathsig", "KILL", "--", "prlimit", "--fsize=%d" % FSIZE, "--core=0"]
+            if self.root:
+                p.append("--nproc=%d" % NPROC)
+            p.append("--")
+        p += self.ns
+        if self.root:
+            p += ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--inh-caps=-all",
+                  "--no-new-privs", "--pdeathsig", "KILL", "--"]
+        return p
+
+    def _run(self, argv, cwd_parent, timeout, channel, slot, keep):
+        uid = SANDBOX_UID + slot
+        home = Path(tempfile.mkdtemp(prefix="case-", dir=cwd_parent))
+        if self.root:
+            os.chown(home, uid, uid)
+        token = secrets.token_hex(16)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("KIT_GRADER")}
+        env.update(HOME=str(home), TMPDIR=str(home), PWD=str(home))
+        fds, out_file = [], tempfile.TemporaryFile(dir=cwd_parent)
+        reader = None
+        if channel:
+            tok_r, tok_w = os.pipe()
+            ver_r, ver_w = os.pipe()
+            os.write(tok_w, token.encode())  # 32 bytes: always fits in the pipe
+            os.close(tok_w)
+            env["KIT_GRADER_CHANNEL"] = f"{tok_r}:{ver_w}"
+            fds = [tok_r, ver_w]
+            reader = _Reader(ver_r)
+        t0 = time.time()
+        timed_out = False
+        try:
+            p = subprocess.Popen(self._prefix(uid) + [str(a) for a in argv], cwd=home, env=env,
+                                 stdin=subprocess.DEVNULL, stdout=out_file, stderr=subprocess.STDOUT,
+                                 pass_fds=fds, start_new_session=True)
+        finally:
+            for fd in fds:
+                os.close(fd)  # the child holds them now; EOF comes when all its writers are gone
+        with self.lock:
+            self.running.add(p.pid)
+        try:
+            p.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+        finally:
+            _killpg(p.pid)
+            p.wait()
+            with self.lock:
+                self.running.discard(p.pid)
+            self.sweep(uid)
+        seconds = time.time() - t0
+        records = reader.finish(token) if reader else []
+        out_file.seek(0, os.SEEK_END)
+        size = out_file.tell()
+        out_file.seek(max(0, size - keep))
+        output = out_file.read().decode(errors="replace")
+        out_file.close()
+        if size > keep:
+            output = f"[... {size - keep} bytes of output left out]\n" + output[output.find("\n") + 1:]
+        shutil.rmtree(home, ignore_errors=True)
+        return {"records": records, "output": output, "exit": p.returncode, "timed_out": timed_out,
+                "seconds": seconds}
+
+    # -------------------------------------------------------------- cleaning up
+    def sweep(self, uid=None):
+        """Kills whatever a case left behind (the PID namespace already did, where there is one)."""
+        if self.root:
+            uids = [uid] if uid is not None else [SANDBOX_UID + k for k in range(self.slots)]
+            for u in uids:
+                for _ in range(50):  # kill(-1) as that user: every process it owns, atomically
+                    if not _pids_of_uid(u):
+                        break
+                    subprocess.run(["setpriv", f"--reuid={u}", f"--regid={u}", "--clear-groups", "--",
+                                    "kill", "-KILL", "-1"], stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.DEVNULL)
+        if not self.ns:
+            for _ in range(50):  # orphans re-parented to us that no running case owns
+                with self.lock:
+                    mine = [pid for pid in _children(os.getpid()) if pid not in self.running]
+                if not mine:
+                    break
+                for pid in mine:
+                    _killpg(pid)
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                        os.waitpid(pid, 0)
+                    except (ProcessLookupError, ChildProcessError):
+                        pass
+
+    def leftovers(self):
+        """Processes of the sandbox users still alive (must be none after a case)."""
+        if not self.root:
+            return []
+        return [pid for k in range(self.slots) for pid in _pids_of_uid(SANDBOX_UID + k)]
+
+
+class _Reader(threading.Thread):
+    """Reads the verdict pipe until EOF or until told to stop (select, so never stuck)."""
+
+    def __init__(self, fd):
+        super().__init__(daemon=True)
+        self.fd, self.data, self.stop = fd, bytearray(), threading.Event()
+        self.start()
+
+    def run(self):
+        try:
+            while not self.stop.is_set() and len(self.data) < VERDICT_MAX:
+                ready, _, _ = select.select([self.fd], [], [], 0.1)
+                if ready:
+                    chunk = os.read(self.fd, 65536)
+                    if not chunk:
+                        break
+                    self.data += chunk
+        finally:
+            os.close(self.fd)
+
+    def finish(self, token):
+        self.join(timeout=5)  # every writer is dead by now: EOF is immediate
+        self.stop.set()
+        self.join()
+        records = []
+        for line in bytes(self.data).decode(errors="replace").splitlines():
+            parts = line.split(" ", 3)
+            if len(parts) >= 3 and parts[0] == "KIT-VERDICT" and secrets.compare_digest(parts[1], token):
+                records.append((parts[2], parts[3] if len(parts) > 3 else ""))
+        return records
+
+
+def _killpg(pid):
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _pids_of_uid(uid):
+    pids = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                st = os.stat(f"/proc/{d}")
+            except FileNotFoundError:
+                continue
+            if st.st_uid == uid:
+                pids.append(int(d))
+    return pids
+
+
+def _children(ppid):
+    kids = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                stat = Path(f"/proc/{d}/stat").read_text()
+            except (FileNotFoundError, ProcessLookupError):
+                continue
+            fields = stat[stat.rfind(")") + 2:].split()
+            if len(fields) > 1 and int(fields[1]) == ppid:
+                kids.append(int(d))
+    return kids

@@ -1,0 +1,222 @@
+#!/usr/bin/env python3
+"""Unit tests of grade.py and sandbox.py that need no build: unpacking, symbolic links,
+hanging pipes, the static checks, the verdict rules and the sandbox's containment.
+
+    python3 grader/tests/test_grade_unit.py        (ctest: grader.grade_unit)
+"""
+import os
+import sys
+import tempfile
+import time
+import unittest
+import zipfile
+from pathlib import Path
+
+GRADER = Path(__file__).resolve().parent.parent
+KIT = GRADER.parent
+sys.path.insert(0, str(GRADER))
+import grade  # noqa: E402
+import sandbox  # noqa: E402
+
+RUBRIC = grade.load_rubric()
+
+
+def processes_with(marker: str):
+    """pids whose command line contains marker."""
+    pids = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                if marker.encode() in Path(f"/proc/{d}/cmdline").read_bytes():
+                    pids.append(int(d))
+            except OSError:
+                pass
+    return pids
+
+
+class Unpack(unittest.TestCase):
+    def setUp(self):
+        self.tmp = Path(tempfile.mkdtemp())
+
+    def zip_with(self, members):
+        path = self.tmp / "sub.zip"
+        with zipfile.ZipFile(path, "w") as z:
+            for name, data in members:
+                z.writestr(name, data)
+        return path
+
+    def test_member_in_a_sibling_directory_is_refused(self):
+        # "unzipped-evil" starts with "unzipped": a prefix test without a separator let it through.
+        z = self.zip_with([("pipeline/pipe.cpp", "x"), ("../unzipped-evil/planted.txt", "y")])
+        scratch = self.tmp / "scratch"
+        scratch.mkdir()
+        with self.assertRaisesRegex(ValueError, "outside the archive"):
+            grade.unpack(z, scratch)
+        self.assertFalse((scratch / "unzipped-evil").exists())
+
+    def test_absolute_and_parent_members_are_refused(self):
+        for bad in ("/etc/planted", "a/../../planted"):
+            scratch = Path(tempfile.mkdtemp(dir=self.tmp))
+            with self.assertRaisesRegex(ValueError, "outside the archive"):
+                grade.unpack(self.zip_with([(bad, "y")]), scratch)
+
+    def test_symlink_member_is_refused(self):
+        path = self.tmp / "link.zip"
+        with zipfile.ZipFile(path, "w") as z:
+            info = zipfile.ZipInfo("pipeline/pipe.cpp")
+            info.external_attr = (0o120777 << 16)
+            z.writestr(info, "/etc/passwd")
+        with self.assertRaisesRegex(ValueError, "symbolic link"):
+            grade.unpack(path, self.tmp)
+
+    def test_an_ordinary_zip_with_one_folder_is_entered(self):
+        root = grade.unpack(self.zip_with([("me/pipeline/pipe.cpp", "x")]), self.tmp)
+        self.assertEqual(root.name, "me")
+
+
+class Collect(unittest.TestCase):
+    def test_symbolic_links_are_never_followed(self):
+        secret = KIT / "solution" / "pipeline" / "pipe.cpp"
+        with tempfile.TemporaryDirectory() as tmp:
+            root = Path(tmp)
+            (root / "pipeline").mkdir()
+            os.symlink(secret, root / "pipeline" / "pipe.cpp")          # a file link
+            os.symlink(secret.parent, root / "project")                   # a directory link
+            (root / "data_parallel").mkdir()
+            (root / "data_parallel" / "dataset.cpp").write_text("// mine\n")
+            (root / "submit_figures").mkdir()
+            os.symlink("/etc/passwd", root / "submit_figures" / "dp_training_time.png")
+            found, figures, ignored = grade.collect(root, RUBRIC)
+        self.assertEqual(sorted(found), ["data_parallel/dataset.cpp"])
+        self.assertEqual(figures, {})
+        self.assertIn("pipeline/pipe.cpp (a symbolic link)", ignored)
+        self.assertIn("project (a symbolic link)", ignored)
+
+
+class Run(unittest.TestCase):
+    def test_a_process_outside_the_group_holding_the_output_cannot_hang_the_grader(self):
+        marker = f"kit-grader-unit-{os.getpid()}-hold"
+        t0 = time.time()
+        rc, out = grade.run(["sh", "-c", f"setsid sh -c 'exec -a {marker} sleep 30' & sleep 60"], KIT, 1, [])
+        self.assertLess(time.time() - t0, 10)
+        self.assertIn("stopped after 1 s", out)
+        for pid in processes_with(marker):
+            os.kill(pid, 9)
+
+
+class StaticChecks(unittest.TestCase):
+    def findings(self, text):
+        with tempfile.TemporaryDirectory() as tmp:
+            f = Path(tmp) / "pipe.cpp"
+            f.write_text(text)
+            return grade.static_findings({"pipeline/pipe.cpp": f}, RUBRIC)
+
+    def test_each_kind_of_call_is_reported_with_its_line(self):
+        src = "\n".join([
+            "#include <fstream>",
+            "void a() { std::exit(0); }",
+            "void b() { fork(); }",
+            "const char* c = std::getenv(\"X\");",
+            "std::ifstream d(\"/proc/self/cmdline\");",
+            "int e = ::_exit\\",
+            "(1);",
+        ])
+        whats = {(n, what) for _, n, what, _ in self.findings(src)}
+        self.assertIn((2, "ends the process"), whats)
+        self.assertIn((3, "starts processes"), whats)
+        self.assertIn((4, "reads the environment or argv"), whats)
+        self.assertIn((5, "opens files or file descriptors"), whats)
+        self.assertIn((5, "names /proc, /dev or a report file"), whats)
+        self.assertIn(6, {n for n, what in whats if what == "ends the process"})  # a name split by a backslash
+
+    def test_comments_strings_and_members_are_not_calls(self):
+        src = ("// exit(0) fork()\n/* abort() */\nconst char* s = \"exit(1)\";\n"
+               "void f(Q& q) { q.exit(); q->write(1); }\n")
+        self.assertEqual(self.findings(src), [])
+
+    def test_the_reference_solution_has_no_finding(self):
+        found = {f: KIT / "solution" / f for f in RUBRIC["student_files"]}
+        self.assertEqual(grade.static_findings(found, RUBRIC), [])
+
+    def test_the_item_is_visible_and_worth_zero(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            f = Path(tmp) / "pipe.cpp"
+            f.write_text("void a() { std::abort(); }\n")
+            item, zeroed = grade.static_item({"pipeline/pipe.cpp": f}, RUBRIC, 9)
+        self.assertEqual((item["max_score"], item["visibility"], item["status"]), (0, "visible", "failed"))
+        self.assertIn("pipeline/pipe.cpp:1: ends the process", item["output"])
+        self.assertEqual(zeroed, set())  # the shipped rubric flags; "zero" is the instructor's choice
+
+
+class Verdicts(unittest.TestCase):
+    def r(self, records, exit=0, timed_out=False):
+        return {"records": records, "output": "", "exit": exit, "timed_out": timed_out}
+
+    def test_only_a_pass_and_an_end_pass(self):
+        self.assertEqual(grade.case_verdict(self.r([("PASS", "A.b"), ("END", "1")]), "A.b", False, 9)[0], "pass")
+        self.assertEqual(grade.case_verdict(self.r([("PASS", "A.b")]), "A.b", False, 9)[0], "fail")
+        self.assertEqual(grade.case_verdict(self.r([("END", "1")]), "A.b", False, 9)[0], "fail")
+        self.assertEqual(grade.case_verdict(self.r([]), "A.b", False, 9)[0], "fail")
+        self.assertEqual(grade.case_verdict(self.r([("PASS", "A.c"), ("END", "1")]), "A.b", False, 9)[0], "fail")
+        self.assertEqual(grade.case_verdict(self.r([("PASS", "A.b"), ("FAIL", "A.b"), ("END", "1")]),
+                                            "A.b", False, 9)[0], "fail")
+        self.assertEqual(grade.case_verdict(self.r([("PASS", "A.b"), ("END", "1")], timed_out=True),
+                                            "A.b", False, 9)[0], "fail")
+
+    def test_a_skip_counts_only_where_the_rubric_allows_it(self):
+        rec = self.r([("SKIP", "A.b"), ("END", "1")])
+        self.assertEqual(grade.case_verdict(rec, "A.b", True, 9)[0], "skip")
+        self.assertEqual(grade.case_verdict(rec, "A.b", False, 9)[0], "fail")
+
+
+class Sandboxed(unittest.TestCase):
+    """The sandbox with a shell script as the 'test program' (no build needed)."""
+
+    def setUp(self):
+        self.sb = sandbox.Sandbox(1)
+        self.dir = Path(tempfile.mkdtemp())
+        os.chmod(self.dir, 0o755)
+
+    def test_lines_without_the_token_count_for_nothing(self):
+        script = ("echo '[       OK ] A.b'; echo '[  PASSED  ] 1 test.';"
+                  "fd=${KIT_GRADER_CHANNEL#*:}; echo 'KIT-VERDICT 0123 PASS A.b' >&$fd; exit 0")
+        r = self.sb.run(["sh", "-c", script], self.dir, 20)
+        self.assertEqual(r["records"], [])
+        self.assertEqual(grade.case_verdict(r, "A.b", False, 20)[0], "fail")
+
+    def test_the_token_arrives_and_a_signed_line_counts(self):
+        script = ("t=${KIT_GRADER_CHANNEL%:*}; fd=${KIT_GRADER_CHANNEL#*:};"
+                  "read -r tok <&$t; echo \"KIT-VERDICT $tok PASS A.b\" >&$fd; echo \"KIT-VERDICT $tok END 1\" >&$fd")
+        r = self.sb.run(["bash", "-c", script], self.dir, 20)
+        self.assertEqual(grade.case_verdict(r, "A.b", False, 20)[0], "pass")
+
+    def test_nothing_the_case_started_survives_it(self):
+        marker = f"kit-grader-unit-{os.getpid()}-left"
+        script = (f"(setsid sh -c 'exec -a {marker} sleep 300' &); "
+                  f"(sh -c '(exec -a {marker} sleep 300 &)' &); sleep 0.5; exit 0")
+        t0 = time.time()
+        self.sb.run(["sh", "-c", script], self.dir, 20)
+        time.sleep(0.3)
+        left = processes_with(marker)
+        for pid in left:
+            os.kill(pid, 9)
+        self.assertEqual(left, [])
+        self.assertLess(time.time() - t0, 15)
+
+    def test_a_timeout_stops_the_case(self):
+        t0 = time.time()
+        r = self.sb.run(["sleep", "60"], self.dir, 1)
+        self.assertTrue(r["timed_out"])
+        self.assertLess(time.time() - t0, 10)
+
+    @unittest.skipUnless(os.geteuid() == 0, "separate users need root")
+    def test_a_case_cannot_write_the_graders_files(self):
+        target = self.dir / "results.json"
+        target.write_text("mine")
+        r = self.sb.run(["sh", "-c", f"echo 100 > {target}"], self.dir, 20)
+        self.assertNotEqual(r["exit"], 0)
+        self.assertEqual(target.read_text(), "mine")
+
+
+if __name__ == "__main__":
+    unittest.main()
