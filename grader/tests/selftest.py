@@ -6,15 +6,24 @@
 solution: the reference solution plus valid figures must score 100.
 starter:  the stubs and no figures must score 0 (and finish without a grader error).
 <name>:   grader/wrong_submissions/<name>/expected.json says what is wrong and what it scores:
-              {"edits": [{"file": "pipeline/pipe.cpp", "replace": "<text>", "with": "<text>"}, ...],
+              {"why": "<what is wrong>",
+               "edits": [{"file": "pipeline/pipe.cpp", "replace": "<text>", "with": "<text>"}, ...],
                "items": {"<item name substring>": expected points, ...},
-               "test_timeout": seconds per case (optional), "output_contains": ["..."] (optional)}
+               "test_timeout": seconds per case (optional), "output_contains": ["..."] (optional),
+               "watch_after_s": S (optional: results.json must not change in the S seconds after
+                                   the grader returned),
+               "then_solution": true (optional: the solution graded next in the same work dir
+                                      must still score 100)}
           The submission is the solution files with those edits (each "replace" text must occur
           exactly once in solution/<file>, so an edit that no longer fits the solution is an
           error, not a silently correct submission) plus figures; only the listed items are graded.
-All self-tests share one --work dir, so each is an incremental rebuild.
+All self-tests share one --work dir, so each is an incremental rebuild. Each grades through
+grade.py's command line (results.json written into the work dir, where a submission's leftover
+processes would look for it), and fails when any process runs a program from the work dir
+after the grader returned.
 """
 import argparse
+import os
 import json
 import shutil
 import struct
@@ -57,29 +66,59 @@ def make_submission(dst: Path, rubric, with_solution: bool, edits=()):
         path.write_text(text.replace(e["replace"], e["with"]))
 
 
+def leftovers(work: Path):
+    """Processes running a program from the work dir (the test programs and their children)."""
+    found = []
+    for d in os.listdir("/proc"):
+        if d.isdigit() and int(d) != os.getpid():
+            try:
+                exe = os.readlink(f"/proc/{d}/exe")
+            except OSError:
+                continue
+            if exe.startswith(str(work) + "/"):
+                found.append(f"{d} {exe}")
+    return found
+
+
+def grade_once(sub: Path, work: Path, jobs: int, items, test_timeout):
+    out = work / "selftest-results.json"
+    argv = [str(sub), "--work", str(work), "--out", str(out), "--jobs", str(jobs)]
+    if items:
+        argv += ["--items"] + items
+    if test_timeout:
+        argv += ["--test-timeout", str(test_timeout)]
+    grade.main(argv)
+    return out, out.read_bytes()
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("name")
     ap.add_argument("--work", type=Path, required=True)
     ap.add_argument("--jobs", type=int, default=2)
     args = ap.parse_args(argv)
+    work = args.work.resolve()
     rubric = grade.load_rubric()
-    expected, items, test_timeout, contains = {}, None, None, []
-    edits = []
+    spec = {}
     if args.name not in ("solution", "starter"):
         spec = json.loads((GRADER / "wrong_submissions" / args.name / "expected.json").read_text())
-        edits = spec["edits"]
-        expected, test_timeout = spec["items"], spec.get("test_timeout")
-        contains = spec.get("output_contains", [])
-        items = list(expected)
+    expected, edits = spec.get("items", {}), spec.get("edits", [])
+    items = list(expected) or None
     t0 = time.time()
     with tempfile.TemporaryDirectory(prefix="grader-selftest-") as tmp:
         sub = Path(tmp) / "submission"
         sub.mkdir()
         make_submission(sub, rubric, args.name != "starter", edits)
-        results = grade.grade(sub, args.work.resolve(), args.jobs, items, test_timeout=test_timeout)
-    grade.print_table(results)
+        out, written = grade_once(sub, work, args.jobs, items, spec.get("test_timeout"))
+    results = json.loads(written)
     bad = []
+    if spec.get("watch_after_s"):
+        time.sleep(spec["watch_after_s"])
+        if out.read_bytes() != written:
+            bad.append(f"results.json changed in the {spec['watch_after_s']} s after the grader returned")
+    left = leftovers(work)
+    if left:
+        bad.append("processes left running after grading:\n  " + "\n  ".join(left[:20]))
     if args.name == "solution":
         if results["score"] != 100:
             bad.append(f"the solution scored {results['score']}, not 100")
@@ -94,9 +133,19 @@ def main(argv=None):
             elif abs(got[0]["score"] - pts) > 1e-6:
                 bad.append(f"{got[0]['name']}: scored {got[0]['score']}, expected {pts}\n{got[0]['output'][:3000]}")
         text = json.dumps(results)
-        for c in contains:
+        for c in spec.get("output_contains", []):
             if c not in text:
                 bad.append(f"the results do not mention {c!r}")
+    if spec.get("then_solution"):
+        with tempfile.TemporaryDirectory(prefix="grader-selftest-") as tmp:
+            sub = Path(tmp) / "submission"
+            sub.mkdir()
+            make_submission(sub, rubric, True)
+            _, written = grade_once(sub, work, args.jobs, None, None)
+        after = json.loads(written)
+        if after["score"] != 100:
+            bad.append(f"the solution graded next in the same work dir scored {after['score']}, not 100:\n"
+                       + after["output"][-3000:])
     print(f"self-test {args.name}: {time.time() - t0:.0f} s")
     for b in bad:
         print("FAIL: " + b)
