@@ -478,6 +478,10 @@ def grade(submission: Path, work: Path, jobs: int, items_filter=None, kit=KIT, t
     runs.mkdir(exist_ok=True)
     for d in (work, runs):
         os.chmod(d, 0o755)  # the sandbox users need to reach the test programs, nothing more
+    blocked = sandbox.unreachable(work)
+    if blocked:
+        raise RuntimeError(f"the sandbox users cannot enter {blocked} on the way to the work dir {work}: "
+                           "use a --work directory under /tmp or /autograder (or chmod o+x that directory)")
     try:
         with tempfile.TemporaryDirectory(prefix="grade-") as scratch:
             tests_out = grade_in(submission, work, jobs, items_filter, kit, test_timeout, rubric, log,

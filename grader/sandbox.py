@@ -187,6 +187,15 @@ class Sandbox:
                     except (ProcessLookupError, ChildProcessError):
                         pass
 
+    def unreachable(self, path: Path):
+        """The first directory on the way to path that the sandbox users cannot enter, or None."""
+        if not self.root:
+            return None
+        for d in reversed([path.resolve()] + list(path.resolve().parents)):
+            if d.exists() and not os.stat(d).st_mode & 0o001:
+                return d
+        return None
+
     def leftovers(self):
         """Processes of the sandbox users still alive (must be none after a case)."""
         if not self.root:

@@ -98,6 +98,9 @@ def main(argv=None):
     ap.add_argument("--jobs", type=int, default=2)
     args = ap.parse_args(argv)
     work = args.work.resolve()
+    if grade.Sandbox(1).unreachable(work):  # e.g. a clone under /root: the sandbox users need a way in
+        work = Path(tempfile.gettempdir()) / ("kit-grader-selftest-" + grade.hashlib.sha256(
+            str(work).encode()).hexdigest()[:12])
     rubric = grade.load_rubric()
     spec = {}
     if args.name not in ("solution", "starter"):
