@@ -28,6 +28,13 @@ class GradescopeZip(unittest.TestCase):
         self.assertIn("grader/grade.py", files)
         self.assertEqual([f for f in files if f.startswith(("solution/", "grader/wrong_submissions/"))], [])
 
+    def test_carries_the_sandbox_and_the_hidden_variants_the_student_bundle_lacks(self):
+        files, student = package.gradescope_files(), package.student_files()
+        self.assertIn("grader/sandbox.py", files)
+        hidden = [f for f in files if f.startswith("grader/hidden_tests/") and f.endswith(".cpp")]
+        self.assertTrue(hidden, "the Gradescope zip must carry grader/hidden_tests/")
+        self.assertEqual([f for f in hidden if f in student], [])
+
 
 if __name__ == "__main__":
     unittest.main()
