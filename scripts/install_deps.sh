@@ -3,7 +3,9 @@
 # what is missing, and runs apt-get update only when something is.
 #   sudo scripts/install_deps.sh            # or as root
 #   scripts/install_deps.sh --check         # list what is missing, install nothing
-#   sudo scripts/install_deps.sh --bench    # also python3-torch, for bench/baseline.py
+#   sudo scripts/install_deps.sh --python   # also python3-torch: the tests that check the kit's
+#                                           # checkpoints in Python (scripts/test.sh uses it)
+#   sudo scripts/install_deps.sh --bench    # the same, for bench/baseline.py
 set -euo pipefail
 
 PACKAGES=(
@@ -20,9 +22,11 @@ PACKAGES=(
 
 for arg in "$@"; do
   case "$arg" in
-    --bench) PACKAGES+=(python3-torch) ;;  # the Python baseline: the same LibTorch 1.13 under PyTorch
+    # PyTorch for Python, on the same LibTorch 1.13: the checkpoint tests' torch.load and
+    # torch.save, and bench/baseline.py. Students' default install goes without it.
+    --python|--bench) PACKAGES+=(python3-torch) ;;
     --check) ;;
-    *) echo "error: unknown option $arg (use --check and/or --bench)" >&2; exit 2 ;;
+    *) echo "error: unknown option $arg (use --check, --python and/or --bench)" >&2; exit 2 ;;
   esac
 done
 

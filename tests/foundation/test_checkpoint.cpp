@@ -1,64 +1,23 @@
 // Checkpoints: round trip, torch.save's format, Hugging Face layout, and bad files.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
-#include <unistd.h>
 
 #include <cmath>
-#include <cstdio>
-#include <cstdlib>
-#include <filesystem>
 #include <fstream>
 #include <iterator>
-#include <sstream>
 #include <string>
 
-#include "kit/config.h"
+#include "foundation/checkpoint_test_util.h"
 #include "kit/errors.h"
 #include "model/checkpoint.h"
 #include "model/gpt2.h"
 
 namespace {
-namespace fs = std::filesystem;
-
-kit::GPT2Config tiny() {
-  auto cfg = kit::gpt2_preset("tiny");
-  cfg.vocab_size = 60;
-  cfg.n_positions = 16;
-  cfg.dropout = 0.0;
-  return cfg;
-}
-
-kit::GPT2 model_from_seed(uint64_t seed, const kit::GPT2Config& cfg = tiny()) {
-  torch::manual_seed(seed);
-  return kit::GPT2(cfg);
-}
-
-// A file name of this test's own, removed at the end of the test.
-class TempFile {
- public:
-  explicit TempFile(const std::string& suffix = ".pt") {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    path_ = (fs::temp_directory_path() / ("kit_" + std::string(info->name()) + "_" + std::to_string(getpid()) + suffix))
-                .string();
-    fs::remove(path_);
-  }
-  ~TempFile() { fs::remove(path_); }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
-
-// Empty when every parameter is bitwise equal, else the first that differs.
-std::string first_different_parameter(kit::GPT2& a, kit::GPT2& b) {
-  auto pa = a->named_parameters(), pb = b->named_parameters();
-  for (const auto& p : pa) {
-    const auto& q = pb[p.key()];
-    if (!torch::equal(p.value(), q))
-      return p.key() + " (max abs difference " + std::to_string((p.value() - q).abs().max().item<double>()) + ")";
-  }
-  return "";
-}
+using kit_test::error_of;
+using kit_test::first_different_parameter;
+using kit_test::model_from_seed;
+using kit_test::TempFile;
+using kit_test::tiny;
 
 // What Hugging Face's GPT2LMHeadModel.state_dict() looks like for this model: the
 // "transformer." prefix, Conv1D weights (in, out), causal-mask buffers, a tied lm_head.
@@ -85,17 +44,6 @@ kit::TensorDict hugging_face_dict(kit::GPT2& model, const std::string& prefix) {
   return hf;
 }
 
-// The kit::Error message of `f`, or a failure.
-template <typename F>
-std::string error_of(F f) {
-  try {
-    f();
-  } catch (const kit::Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected a kit::Error";
-  return "";
-}
 }  // namespace
 
 TEST(Checkpoint, ExportThenImportIsBitwiseExact) {
@@ -143,11 +91,10 @@ TEST(Checkpoint, FileIsATorchSaveZipArchive) {
   EXPECT_NE(bytes.find("data.pkl"), std::string::npos) << "the archive has no pickle (data.pkl)";
 }
 
-// Optional: run only where a Python with PyTorch is installed (Debian: apt-get install python3-torch).
+// Runs where a Python with PyTorch is installed; skipped elsewhere, failed when
+// KIT_REQUIRE_TORCH_PYTHON is set (scripts/test.sh, CI). See checkpoint_test_util.h.
 TEST(Checkpoint, PythonTorchLoadReadsTheExport) {
-  const char* python = std::getenv("KIT_TORCH_PYTHON") ? std::getenv("KIT_TORCH_PYTHON") : "/usr/bin/python3";
-  if (std::system((std::string(python) + " -c 'import torch' >/dev/null 2>&1").c_str()) != 0)
-    GTEST_SKIP() << python << " cannot import torch: install python3-torch (or set KIT_TORCH_PYTHON) to run this";
+  KIT_TORCH_PYTHON_OR_SKIP(python);
   TempFile file, report(".txt");
   auto model = model_from_seed(1);
   kit::export_checkpoint(*model, file.path());
@@ -158,11 +105,8 @@ TEST(Checkpoint, PythonTorchLoadReadsTheExport) {
       "with open(sys.argv[2], 'w') as out:  # closed here, not left to interpreter exit\n"
       "    for k, v in d.items(): out.write('%s %s %.17g\\n' % (k, 'x'.join(map(str, v.shape)), v.double().sum()))\n"
       "    out.write('tied %d\\n' % torch.equal(d['lm_head.weight'], d['wte.weight']))\n";
-  TempFile script_file(".py");
-  std::ofstream(script_file.path()) << script;
-  const std::string cmd =
-      std::string(python) + " '" + script_file.path() + "' '" + file.path() + "' '" + report.path() + "'";
-  ASSERT_EQ(std::system(cmd.c_str()), 0) << "torch.load failed on the exported file";
+  ASSERT_EQ(kit_test::run_python(python, script, {file.path(), report.path()}), 0)
+      << "torch.load failed on the exported file";
 
   std::ifstream in(report.path());
   auto dict = kit::state_dict(*model);
