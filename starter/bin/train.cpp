@@ -17,7 +17,8 @@ int main(int argc, char** argv) {
   opts.out = "runs/train.json";
   kit::add_run_options(app, opts);
   std::string save, init;
-  app.add_option("--init", init, "Start from this checkpoint (kit or Hugging Face GPT-2 layout)");
+  app.add_option("--init", init,
+                 "Start from this checkpoint (kit or Hugging Face GPT-2 layout; torch.save file or .safetensors)");
   app.add_option("--save", save, "Export the trained parameters here (a dict torch.load reads)");
   return kit::guarded_main(argc, argv, app, [&] {
     kit::set_threads(opts.train.threads);

@@ -1,28 +1,15 @@
 #include "model/checkpoint.h"
 
-#include <caffe2/serialize/inline_container.h>
-#include <torch/csrc/jit/serialization/export.h>
-#include <torch/csrc/jit/serialization/pickler.h>
 #include <torch/torch.h>
 
 #include <fstream>
-#include <iterator>
 #include <map>
 
 #include "kit/errors.h"
+#include "model/safetensors.h"
 
 namespace kit {
 namespace {
-
-const std::string kHfPrefix = "transformer.";
-
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
-bool starts_with(const std::string& s, const std::string& prefix) {
-  return s.compare(0, prefix.size(), prefix) == 0;
-}
 
 std::string shape_str(at::IntArrayRef shape) {
   std::string s = "[";
@@ -36,54 +23,6 @@ std::string name_list(const std::vector<std::string>& names, size_t limit = 5) {
   for (size_t i = 0; i < names.size() && i < limit; ++i) s += (i ? ", " : "") + names[i];
   if (names.size() > limit) s += " and " + std::to_string(names.size() - limit) + " more";
   return s;
-}
-
-// Hugging Face's Conv1D layers store their weight as (in, out), the transpose of Linear.
-bool is_conv1d_weight(const std::string& name) {
-  return ends_with(name, "c_attn.weight") || ends_with(name, "c_proj.weight") ||
-         ends_with(name, "c_fc.weight");
-}
-
-// h.N.attn.bias and h.N.attn.masked_bias: constant causal masks, not parameters.
-bool is_hf_mask_buffer(const std::string& name) {
-  return ends_with(name, ".attn.bias") || ends_with(name, ".attn.masked_bias");
-}
-
-CheckpointLayout detect_layout(const TensorDict& dict, const GPT2Config& cfg) {
-  for (const std::string& prefix : {std::string(), kHfPrefix}) {
-    auto it = dict.find(prefix + "h.0.attn.c_attn.weight");
-    if (it == dict.end()) continue;
-    auto shape = it->value().sizes().vec();
-    if (shape == std::vector<int64_t>{cfg.n_embd, 3 * cfg.n_embd}) return CheckpointLayout::HuggingFace;
-    if (shape == std::vector<int64_t>{3 * cfg.n_embd, cfg.n_embd}) return CheckpointLayout::Kit;
-  }
-  for (const auto& e : dict)
-    if (starts_with(e.key(), kHfPrefix)) return CheckpointLayout::HuggingFace;
-  return CheckpointLayout::Kit;
-}
-
-// The dict renamed and transposed into the Kit layout.
-std::map<std::string, at::Tensor> to_kit_layout(const TensorDict& dict, CheckpointLayout layout) {
-  std::map<std::string, at::Tensor> out;
-  for (const auto& e : dict) {
-    std::string name = e.key();
-    at::Tensor t = e.value();
-    if (layout == CheckpointLayout::HuggingFace) {
-      if (starts_with(name, kHfPrefix)) name = name.substr(kHfPrefix.size());
-      if (is_hf_mask_buffer(name)) continue;
-      if (is_conv1d_weight(name) && t.dim() == 2) t = t.t();
-    }
-    out[name] = t;
-  }
-  return out;
-}
-
-const char* layout_name(CheckpointLayout layout) {
-  switch (layout) {
-    case CheckpointLayout::Kit: return "kit (Linear (out, in) weights)";
-    case CheckpointLayout::HuggingFace: return "Hugging Face (Conv1D (in, out) weights)";
-    default: return "auto";
-  }
 }
 
 }  // namespace
@@ -113,7 +52,7 @@ std::vector<std::pair<std::string, std::vector<int64_t>>> checkpoint_entries(con
   return e;
 }
 
-TensorDict state_dict(const GPT2Impl& model) {
+TensorDict state_dict(const GPT2Impl& model, CheckpointLayout layout) {
   auto params = model.named_parameters();
   TensorDict dict;
   for (const auto& entry : checkpoint_entries(model.config())) {
@@ -127,7 +66,7 @@ TensorDict state_dict(const GPT2Impl& model) {
     if (!p) throw Error("the model has no parameter '" + name + "': model/gpt2.h and checkpoint_entries disagree");
     dict.insert(name, p->detach().to(torch::kCPU).contiguous());
   }
-  return dict;
+  return layout == CheckpointLayout::HuggingFace ? to_hugging_face_layout(dict) : dict;
 }
 
 void load_state_dict(GPT2Impl& model, const TensorDict& dict, CheckpointLayout layout,
@@ -178,69 +117,21 @@ void load_state_dict(GPT2Impl& model, const TensorDict& dict, CheckpointLayout l
   for (auto& p : model.named_parameters()) p.value().copy_(tensors.at(p.key()));
 }
 
-// torch::pickle_save's format, but the dict goes in untagged: a typed dict is otherwise
-// wrapped in torch.jit._pickle.restore_type_tag, which torch.load of PyTorch >= 2.6 refuses
-// by default (weights_only=True). Untagged, it is the plain dict torch.save writes.
-namespace {
-std::vector<char> pickle_plain(const TensorDict& dict) {
-  std::vector<char> pickle;
-  torch::jit::Pickler pickler([&](const char* b, size_t n) { pickle.insert(pickle.end(), b, b + n); }, nullptr,
-                              nullptr, nullptr, nullptr, /*tag_aggregates=*/false);
-  pickler.protocol();
-  pickler.pushIValue(c10::IValue(dict));
-  pickler.stop();
-  std::vector<char> bytes;
-  caffe2::serialize::PyTorchStreamWriter writer([&](const void* b, size_t n) {
-    bytes.insert(bytes.end(), static_cast<const char*>(b), static_cast<const char*>(b) + n);
-    return n;
-  });
-  torch::jit::writeArchiveAndTensors("data", pickle.data(), pickle.size(), pickler.tensorData(), writer);
-  writer.writeEndOfFile();
-  return bytes;
-}
-}  // namespace
-
-void save_tensor_dict(const TensorDict& dict, const std::string& path) {
-  const std::vector<char> bytes = pickle_plain(dict);
-  std::ofstream out(path, std::ios::binary);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  out.close();
-  if (!out) throw Error("cannot write checkpoint '" + path + "': check that its folder exists and is writable");
-}
-
 TensorDict load_tensor_dict(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw Error("cannot open checkpoint '" + path + "': check the path (export one with export_checkpoint)");
-  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  c10::IValue value;
-  try {
-    value = torch::pickle_load(bytes);
-  } catch (const c10::Error& e) {
-    const std::string why = e.what_without_backtrace();
-    if (why.find("GenericDict but got None") != std::string::npos)  // how the reader sees an OrderedDict
-      throw Error("checkpoint '" + path + "' holds a Python OrderedDict (what model.state_dict() returns), which "
-                  "LibTorch cannot read: save a plain dict in Python with torch.save(dict(model.state_dict()), p)");
-    throw Error("checkpoint '" + path + "' is not a file written by torch.save: " + why +
-                ". Files from before PyTorch 1.6 use an older format: re-save them in Python with "
-                "torch.save(dict(torch.load(p)), p)");
-  } catch (const std::exception& e) {
-    throw Error("checkpoint '" + path + "' could not be read: " + e.what());
-  }
-  if (!value.isGenericDict())
-    throw Error("checkpoint '" + path + "' holds a " + value.tagKind() +
-                ", not a dict of named tensors: save it in Python with torch.save(dict(model.state_dict()), p)");
-  TensorDict dict;
-  for (const auto& e : value.toGenericDict()) {
-    if (!e.key().isString() || !e.value().isTensor())
-      throw Error("checkpoint '" + path + "' has an entry that is not name -> tensor (a " + e.key().tagKind() +
-                  " -> " + e.value().tagKind() + "): save a dict of tensors, e.g. dict(model.state_dict())");
-    dict.insert(e.key().toStringRef(), e.value().toTensor());
-  }
-  return dict;
+  std::string head(9, '\0');
+  in.read(head.data(), static_cast<std::streamsize>(head.size()));
+  head.resize(static_cast<size_t>(in.gcount()));
+  if (head.compare(0, 4, "PK\x03\x04") == 0) return read_torch_save(path);  // a zip archive
+  if (looks_like_safetensors(head)) return read_safetensors(path);
+  throw Error("checkpoint '" + path + "' is neither a file torch.save wrote (a zip archive) nor safetensors: "
+              "export one with export_checkpoint, or in Python with torch.save(model.state_dict(), p). Files "
+              "from before PyTorch 1.6 use an older format: re-save them with torch.save(torch.load(p), p)");
 }
 
-void export_checkpoint(const GPT2Impl& model, const std::string& path) {
-  save_tensor_dict(state_dict(model), path);
+void export_checkpoint(const GPT2Impl& model, const std::string& path, CheckpointLayout layout) {
+  save_tensor_dict(state_dict(model, layout), path);
 }
 
 void import_checkpoint(GPT2Impl& model, const std::string& path, CheckpointLayout layout) {

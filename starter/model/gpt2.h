@@ -2,7 +2,7 @@
 //   wte, wpe, h.N.ln_1, h.N.attn.c_attn, h.N.attn.c_proj, h.N.ln_2,
 //   h.N.mlp.c_fc, h.N.mlp.c_proj, ln_f, and lm_head tied to wte.
 // Linear weights are stored as torch::nn::Linear stores them: (out, in).
-// Hugging Face's Conv1D stores (in, out); model/checkpoint.h transposes on import.
+// Hugging Face's Conv1D stores (in, out); model/checkpoint_layout.h transposes between them.
 #pragma once
 #include <torch/nn/module.h>
 #include <torch/nn/modules/container/modulelist.h>
