@@ -12,38 +12,17 @@
 #include <vector>
 
 #include "data_parallel/dataset.h"
+#include "data_parallel/partition_test_util.h"
 #include "kit/errors.h"
 
 namespace {
 
 constexpr int64_t kIndexBase = 1000;  // example i carries index 1000 + i, so values differ from positions
 
-// n examples of one token each; no tokenizer needed.
-class FakeSource : public kit::ExampleSource {
- public:
-  explicit FakeSource(int64_t n) {
-    for (int64_t i = 0; i < n; ++i) {
-      kit::Example e;
-      e.index = kIndexBase + i;
-      e.tokens = {i % 7, (i + 1) % 7};
-      e.loss_mask = {1};
-      examples_.push_back(e);
-    }
-  }
-  int64_t size() const override { return static_cast<int64_t>(examples_.size()); }
-  const kit::Example& get(int64_t i) const override { return examples_.at(static_cast<size_t>(i)); }
+using partition_test::values_of;
 
- private:
-  std::vector<kit::Example> examples_;
-};
-
-std::shared_ptr<const kit::ExampleSource> fake(int64_t n) { return std::make_shared<FakeSource>(n); }
-
-// The example indices a partition serves, read through its public get().
-std::vector<int64_t> values_of(const kit::ExampleSource& part) {
-  std::vector<int64_t> v;
-  for (int64_t i = 0; i < part.size(); ++i) v.push_back(part.get(i).index);
-  return v;
+std::shared_ptr<const kit::ExampleSource> fake(int64_t n) {
+  return std::make_shared<partition_test::FakeSource>(n, kIndexBase, 7);
 }
 
 std::string describe(const std::vector<int64_t>& v, size_t max_items = 12) {
