@@ -119,12 +119,14 @@ std::string ordered_dicts_as_dicts(const std::string& pickle) {
         if (it != memo.end()) kind = it->second;
         break;
       }
-      case 't': case 'l': case 'd': case 'o': case 'i': start = pop(-1, pos); break;  // to MARK, one item
+      case 't': case 'l': case 'd': case 'o': case 'i': case 0x91:  // down to MARK, then one item
+        start = pop(-1, pos);
+        break;
       case 'u': case 'e': case 0x90: case '1': start = pop(-1, pos); push = false; break;
       case 0x85: start = pop(1, pos); break;
       case 0x86: case 0x93: start = pop(2, pos); break;
       case 0x87: case 0x92: start = pop(3, pos); break;
-      case 'Q': case 'P': start = pop(1, pos); break;  // BINPERSID, PERSID: id -> object
+      case 'Q': case 0x98: start = pop(1, pos); break;  // BINPERSID, READONLY_BUFFER: one item -> one
       case 'a': case '0': start = pop(1, pos); push = false; break;
       case 's':  // SETITEM -> MARK before the key, SETITEMS
         start = pop(2, pos);
