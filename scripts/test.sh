@@ -3,7 +3,7 @@
 # run every test, the grader's self-tests included (they grade the solution, the
 # starter and each known-wrong submission in grader/wrong_submissions/).
 #   scripts/test.sh [--quick] [build-dir]     (default build dir: build)
-#   --quick   skip the grader self-tests (about 10 minutes of the total on 2 cores)
+#   --quick   skip the grader self-tests (about 17 minutes of the total on 2 cores)
 # It installs python3-torch too and requires it: the tests that read the kit's checkpoints
 # with Python's torch.load fail here, instead of skipping, when PyTorch is missing.
 set -euo pipefail
