@@ -12,6 +12,7 @@
 #include <string>
 #include <thread>
 
+#include "pipeline/partition.h"
 #include "pipeline/stage.h"
 
 namespace kit::test {
@@ -73,5 +74,20 @@ class ProbeImpl : public torch::nn::Module {
   std::function<void(const torch::Tensor&)> fn_;
 };
 TORCH_MODULE(Probe);
+
+// A stage on the CPU (the split_module tests pin layers with these).
+inline StageDevice stage(int64_t j) { return {j, torch::Device(torch::kCPU)}; }
+
+// "stage: [layer names] | ..." for failure messages.
+inline std::string describe(const Partitions& p) {
+  std::string out;
+  for (size_t j = 0; j < p.size(); ++j) {
+    out += (j ? " | " : "") + (j < p.stages.size() ? to_string(p.stages[j]) : std::string("?")) + ": [";
+    for (size_t k = 0; k < p.partitions[j]->size(); ++k)
+      out += (k ? " " : "") + p.partitions[j]->named_children().keys()[k];
+    out += "]";
+  }
+  return out;
+}
 
 }  // namespace kit::test

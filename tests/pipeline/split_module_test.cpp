@@ -10,20 +10,9 @@
 namespace kit {
 namespace {
 
+using test::describe;
+using test::stage;
 using test::unwrapped;
-
-StageDevice stage(int64_t j) { return {j, torch::Device(torch::kCPU)}; }
-
-std::string describe(const Partitions& p) {
-  std::string out;
-  for (size_t j = 0; j < p.size(); ++j) {
-    out += (j ? " | " : "") + (j < p.stages.size() ? to_string(p.stages[j]) : std::string("?")) + ": [";
-    for (size_t k = 0; k < p.partitions[j]->size(); ++k)
-      out += (k ? " " : "") + p.partitions[j]->named_children().keys()[k];
-    out += "]";
-  }
-  return out;
-}
 
 // The layers the partitions hold, in order, with WithDevice wrappers looked through.
 std::vector<const torch::nn::Module*> layers_of(const Partitions& p) {

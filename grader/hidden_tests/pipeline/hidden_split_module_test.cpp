@@ -14,20 +14,9 @@
 namespace kit {
 namespace {
 
+using test::describe;
+using test::stage;
 using test::unwrapped;
-
-StageDevice stage(int64_t j) { return {j, torch::Device(torch::kCPU)}; }
-
-std::string describe(const Partitions& p) {
-  std::string out;
-  for (size_t j = 0; j < p.size(); ++j) {
-    out += (j ? " | " : "") + (j < p.stages.size() ? to_string(p.stages[j]) : std::string("?")) + ": [";
-    for (size_t k = 0; k < p.partitions[j]->size(); ++k)
-      out += (k ? " " : "") + p.partitions[j]->named_children().keys()[k];
-    out += "]";
-  }
-  return out;
-}
 
 // Builds a Sequential with one layer per entry of `layout` (its stage; a Tanh where
 // `tanh_at` says so, else a Linear), splits it, and checks the partitions against the runs
