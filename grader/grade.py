@@ -336,7 +336,7 @@ def lex(src: str):
     """(code, strings): code with comments and the insides of string and character literals
     blanked (line numbers kept), and [(line, literal text)]. Line continuations are joined
     first, so a name cannot be hidden by splitting it over two lines."""
-    src = re.sub(r"\\\r?\n", lambda m: "" , src)
+    src = re.sub(r"\\\r?\n", "", src)
     code, strings, i, n, line = [], [], 0, len(src), 1
     while i < n:
         c = src[i]
