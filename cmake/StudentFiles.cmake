@@ -1,14 +1,21 @@
-# The student files: read from grader/rubric.json ("student_files"), the single
-# list that the build, the starter generator and the grader all use.
-file(READ "${CMAKE_SOURCE_DIR}/grader/rubric.json" _rubric)
-set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS "${CMAKE_SOURCE_DIR}/grader/rubric.json")
-string(JSON _n LENGTH "${_rubric}" student_files)
+# The student files: read from the rubrics ("student_files"), the single lists that the
+# build, the starter generator and the grader all use. grader/rubric.json is assignment 1;
+# grader/assignment<N>/rubric.json the later ones (a student bundle of one assignment still
+# carries every rubric, so the build always sees all student files).
+file(GLOB _kit_rubrics "${CMAKE_SOURCE_DIR}/grader/assignment*/rubric.json")
+list(PREPEND _kit_rubrics "${CMAKE_SOURCE_DIR}/grader/rubric.json")
 set(KIT_STUDENT_FILES "")
-math(EXPR _last "${_n} - 1")
-foreach(i RANGE ${_last})
-  string(JSON _f GET "${_rubric}" student_files ${i})
-  list(APPEND KIT_STUDENT_FILES "${_f}")
+foreach(_path ${_kit_rubrics})
+  file(READ "${_path}" _rubric)
+  set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS "${_path}")
+  string(JSON _n LENGTH "${_rubric}" student_files)
+  math(EXPR _last "${_n} - 1")
+  foreach(i RANGE ${_last})
+    string(JSON _f GET "${_rubric}" student_files ${i})
+    list(APPEND KIT_STUDENT_FILES "${_f}")
+  endforeach()
 endforeach()
+list(REMOVE_DUPLICATES KIT_STUDENT_FILES)
 
 if(KIT_SOLUTION)
   message(STATUS "Student files: solution/ (reference solution)")
@@ -22,7 +29,7 @@ function(kit_select_student_sources VAR)
   if(KIT_SOLUTION)
     foreach(f ${KIT_STUDENT_FILES})
       if(NOT EXISTS "${CMAKE_SOURCE_DIR}/solution/${f}")
-        message(FATAL_ERROR "grader/rubric.json lists ${f} but solution/${f} does not exist")
+        message(FATAL_ERROR "a rubric under grader/ lists ${f} but solution/${f} does not exist")
       endif()
       list(REMOVE_ITEM out "${CMAKE_SOURCE_DIR}/starter/${f}")
       list(APPEND out "${CMAKE_SOURCE_DIR}/solution/${f}")

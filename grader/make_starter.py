@@ -13,7 +13,7 @@ in solution/<file> becomes, in starter/<file>,
     throw kit::NotImplemented("Problem 1.2 average_gradients");
 
 so the starter compiles and every unimplemented function fails fast with a clear
-message. The student files are the ones listed in grader/rubric.json.
+message. The student files are the ones listed in grader/rubric.json and grader/assignment*/rubric.json.
 
     python3 grader/make_starter.py           # write starter/<file> for every student file
     python3 grader/make_starter.py --check   # exit 1 if a committed starter file differs
@@ -35,8 +35,17 @@ class MarkerError(Exception):
     pass
 
 
+def rubric_paths(root=ROOT):
+    """grader/rubric.json (assignment 1), then grader/assignment<N>/rubric.json."""
+    return [root / "grader" / "rubric.json"] + sorted((root / "grader").glob("assignment*/rubric.json"))
+
+
 def student_files(root=ROOT):
-    return json.loads((root / "grader" / "rubric.json").read_text())["student_files"]
+    """Every assignment's student files, in rubric order."""
+    out = []
+    for path in rubric_paths(root):
+        out += [f for f in json.loads(path.read_text())["student_files"] if f not in out]
+    return out
 
 
 def strip_solution(text, name="<text>"):

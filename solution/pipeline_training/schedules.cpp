@@ -1,0 +1,26 @@
+// Problem 3.1: the pipeline schedules (see pipeline_training/schedules.h).
+#include "pipeline_training/schedules.h"
+
+#include "kit/errors.h"
+
+namespace kit::pp {
+
+RankSchedule gpipe_schedule(int64_t ranks, int64_t microbatches, int64_t rank) {
+  // BEGIN SOLUTION 3.1 gpipe_schedule
+  throw NotImplemented("placeholder");
+  // END SOLUTION
+}
+
+RankSchedule one_f_one_b_schedule(int64_t ranks, int64_t microbatches, int64_t rank) {
+  // BEGIN SOLUTION 3.1 one_f_one_b_schedule
+  throw NotImplemented("placeholder");
+  // END SOLUTION
+}
+
+RankSchedule interleaved_schedule(int64_t ranks, int64_t microbatches, int64_t chunks, int64_t rank) {
+  // BEGIN SOLUTION 3.1 interleaved_schedule
+  throw NotImplemented("placeholder");
+  // END SOLUTION
+}
+
+}  // namespace kit::pp

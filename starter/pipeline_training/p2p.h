@@ -1,0 +1,48 @@
+// Point-to-point messages between virtual stages (given code), over kit::dist's send/recv.
+//
+// Forward sends activations from stage s to s+1, backward sends gradients from s+1 to s.
+// Each message is tagged with (kind, micro-batch, destination stage), so a receive can only
+// ever match the message it asked for, whatever order the neighbour sent them in (Gloo
+// matches on tags; NCCL ignores tags and matches in order, see p2p.cpp). Sends are
+// asynchronous: send_* returns at once and finish() waits for all of them, so two
+// neighbours that send to each other at the same time (1F1B's steady state) never block
+// each other. Receives block, with the dist layer's timeout (KIT_DIST_TIMEOUT).
+// A message between two stages of the same rank (p = 1) is handed over in memory.
+#pragma once
+#include <torch/types.h>
+
+#include <cstdint>
+#include <map>
+#include <tuple>
+#include <vector>
+
+#include "dist/dist.h"
+#include "pipeline_training/action.h"
+
+namespace kit::pp {
+
+class P2P {
+ public:
+  // options: dtype and device of the messages (the rank's compute device).
+  P2P(const PipelineShape& shape, int64_t rank, torch::TensorOptions options);
+  ~P2P();
+
+  void send_activation(const torch::Tensor& t, int64_t to_stage, int64_t microbatch);
+  torch::Tensor recv_activation(int64_t from_stage, int64_t microbatch, const std::vector<int64_t>& shape);
+  void send_gradient(const torch::Tensor& t, int64_t to_stage, int64_t microbatch);
+  torch::Tensor recv_gradient(int64_t from_stage, int64_t microbatch, const std::vector<int64_t>& shape);
+
+  // Waits for every send still in flight; kit::Error if a message to this rank itself
+  // was sent but never received.
+  void finish();
+
+  int64_t messages_sent() const { return sent_; }
+  int64_t messages_received() const { return received_; }
+
+ private:
+  struct Impl;
+  Impl* impl_;
+  int64_t sent_ = 0, received_ = 0;
+};
+
+}  // namespace kit::pp

@@ -1,0 +1,79 @@
+// GPT-2 cut into pipeline stages (given code).
+//
+// S virtual stages, blocks as even as possible (blocks_per_stage from pipeline/): stage 0
+// also holds the embeddings (wte, wpe), stage S-1 also the final layer norm and the output
+// projection, which is tied to wte. When stage 0 and stage S-1 are different modules, the
+// last one holds its own copy of wte (as Megatron does): both copies start equal, and
+// after every batch sum_tied_gradients() adds their gradients together, so both take the
+// same optimizer step and stay equal.
+//
+// Parameter names are the full model's ("wte.weight", "h.3.mlp.c_fc.weight", ...), so a
+// stage's parameters can be compared one by one with a single-process model.
+#pragma once
+#include <torch/nn/module.h>
+#include <torch/nn/pimpl.h>
+#include <torch/types.h>
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "model/gpt2.h"
+#include "pipeline_training/action.h"
+
+namespace kit::pp {
+
+// One micro-batch: token ids (b, T) int64, labels (b, T) int64, loss mask (b, T) float.
+// weight = b / (batch rows): the micro-batch loss is multiplied by it, so the m scaled
+// losses add up to the loss of the whole batch (weight = 1/m for equal micro-batches).
+struct MicroBatch {
+  torch::Tensor idx, labels, mask;
+  double weight = 1.0;
+};
+
+// Cuts a batch into m equal micro-batches along dim 0. kit::Error when m does not divide
+// the number of rows (naming both and the sizes that would work).
+std::vector<MicroBatch> split_batch(const torch::Tensor& idx, const torch::Tensor& labels, const torch::Tensor& mask,
+                                    int64_t microbatches);
+
+class StageModuleImpl : public torch::nn::Module {
+ public:
+  // Virtual stage `stage` of `n_stages`, with copies of `full`'s parameters for its part.
+  StageModuleImpl(const GPT2& full, int64_t stage, int64_t n_stages);
+
+  // Stage 0: token ids (b, T) -> hidden (b, T, C). Middle stages: hidden -> hidden.
+  // The last stage: hidden -> logits (b, T, V) (or ids -> logits when S = 1).
+  torch::Tensor forward(const torch::Tensor& input);
+  // The last stage: masked cross-entropy of the logits, times mb.weight.
+  torch::Tensor loss(const torch::Tensor& logits, const MicroBatch& mb) const;
+
+  bool is_first() const { return stage_ == 0; }
+  bool is_last() const { return stage_ == n_stages_ - 1; }
+  int64_t stage() const { return stage_; }
+  int64_t first_block() const { return first_block_; }
+  int64_t num_blocks() const { return num_blocks_; }
+  // This stage's parameters under the full model's names (the tied wte copy as "wte.weight").
+  std::vector<std::pair<std::string, torch::Tensor>> named_model_parameters() const;
+  // The wte weight this stage holds (stage 0's own, or the last stage's copy), or undefined.
+  torch::Tensor tied_weight() const;
+
+ private:
+  int64_t stage_, n_stages_, first_block_ = 0, num_blocks_ = 0;
+  GPT2Config cfg_;
+  torch::nn::Embedding wte{nullptr}, wpe{nullptr};
+  torch::nn::ModuleList h{nullptr};
+  torch::nn::LayerNorm ln_f{nullptr};
+};
+TORCH_MODULE(StageModule);
+
+// The chunks of rank `rank`: chunk c is virtual stage c*p + rank. kit::Error when the
+// model has fewer blocks than virtual stages (naming both and --n-layer as the fix).
+std::vector<StageModule> build_rank_chunks(const GPT2& full, const PipelineShape& shape, int64_t rank);
+
+// Adds the gradients of the two wte copies (stage 0 on rank 0, stage S-1 on rank p-1)
+// so both hold the gradient of the tied weight; a point-to-point exchange when they are
+// on different ranks, a local sum when on the same. Call on every rank after backward.
+void sum_tied_gradients(const std::vector<StageModule>& chunks, const PipelineShape& shape, int64_t rank);
+
+}  // namespace kit::pp
