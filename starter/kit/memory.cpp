@@ -1,0 +1,99 @@
+// A counting allocator in front of LibTorch's CPU allocator (see memory.h).
+#include "kit/memory.h"
+
+#include <c10/core/Allocator.h>
+#include <c10/core/CPUAllocator.h>
+
+#include <atomic>
+#include <cstring>
+#include <mutex>
+#include <unordered_map>
+
+namespace kit::memory {
+
+namespace {
+
+std::atomic<int64_t> g_now{0}, g_peak{0};
+std::atomic<bool> g_enabled{false};
+
+void add(int64_t n) {
+  const int64_t now = g_now.fetch_add(n) + n;
+  int64_t peak = g_peak.load();
+  while (now > peak && !g_peak.compare_exchange_weak(peak, now)) {
+  }
+}
+
+// Wraps the allocator that was in place. Each buffer's DataPtr from it is kept in a table,
+// keyed by the data pointer, so the buffer's own deleter still frees it; ours only counts.
+// (The context is the data pointer itself, which LibTorch requires of an allocator that
+// offers raw_deleter.)
+class CountingAllocator final : public c10::Allocator {
+ public:
+  explicit CountingAllocator(c10::Allocator* base) : base_(base) {}
+
+  c10::DataPtr allocate(size_t n) const override {
+    c10::DataPtr inner = base_->allocate(n);
+    void* data = inner.get();
+    const c10::Device device = inner.device();
+    if (data == nullptr) return inner;  // zero bytes: nothing to count
+    {
+      std::lock_guard<std::mutex> lock(mutex());
+      table().emplace(data, Entry{std::move(inner), static_cast<int64_t>(n)});
+    }
+    add(static_cast<int64_t>(n));
+    return c10::DataPtr(data, data, &CountingAllocator::free, device);
+  }
+
+  c10::DeleterFnPtr raw_deleter() const override { return &CountingAllocator::free; }
+
+  // LibTorch 2.3+ asks allocators to copy between their buffers (a pure virtual there).
+  void copy_data(void* dest, const void* src, std::size_t count) const { std::memcpy(dest, src, count); }
+
+ private:
+  struct Entry {
+    c10::DataPtr inner;
+    int64_t bytes;
+  };
+  static std::mutex& mutex() {
+    static auto* m = new std::mutex;  // never destroyed: buffers may be freed during exit
+    return *m;
+  }
+  static std::unordered_map<void*, Entry>& table() {
+    static auto* t = new std::unordered_map<void*, Entry>;
+    return *t;
+  }
+  static void free(void* data) {
+    c10::DataPtr inner;
+    int64_t bytes = 0;
+    {
+      std::lock_guard<std::mutex> lock(mutex());
+      auto it = table().find(data);
+      if (it == table().end()) return;
+      inner = std::move(it->second.inner);
+      bytes = it->second.bytes;
+      table().erase(it);
+    }
+    g_now.fetch_sub(bytes);
+    // `inner` goes out of scope here: the wrapped allocator frees the buffer.
+  }
+
+  c10::Allocator* base_;
+};
+
+}  // namespace
+
+void enable_cpu_counting() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    // Ownership passes to LibTorch, which keeps the allocator for the life of the process.
+    c10::SetCPUAllocator(new CountingAllocator(c10::GetCPUAllocator()), /*priority=*/100);
+    g_enabled = true;
+  });
+}
+
+bool cpu_counting_enabled() { return g_enabled; }
+int64_t cpu_bytes_now() { return g_now.load(); }
+int64_t cpu_bytes_peak() { return g_peak.load(); }
+void reset_cpu_peak() { g_peak.store(g_now.load()); }
+
+}  // namespace kit::memory
