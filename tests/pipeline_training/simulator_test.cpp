@@ -4,7 +4,9 @@
 // so they hold in the starter too.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -110,6 +112,37 @@ TEST(Simulator, DeadlockOfOneRankWithItselfIsNamed) {
   const std::string message = error_of([&] { kit::pp::simulate(s, {1, 1, 2}); });
   EXPECT_NE(message.find("rank 0 B0 "), std::string::npos) << message;
   EXPECT_NE(message.find("later in its own list"), std::string::npos) << message;
+}
+
+TEST(Simulator, ShuffledSchedulesFinishOrFailClearlyNeverHang) {
+  // Any order of a rank's actions (B after its F, so check_complete passes) must either
+  // replay or be reported as a deadlock: never a hang, never another kind of failure.
+  std::mt19937 rng(12);
+  int deadlocks = 0, finished = 0;
+  const std::string outcome = pp_test::run_with_timeout(
+      [&] {
+        for (int trial = 0; trial < 300; ++trial) {
+          Schedules s = pp_test::ref_all_interleaved(3, 3, 2);
+          for (auto& list : s) {
+            std::shuffle(list.begin(), list.end(), rng);
+            for (size_t k = 0; k < list.size(); ++k)  // move each B behind its F
+              if (list[k].op == kit::pp::Op::Forward)
+                for (size_t j = 0; j < k; ++j)
+                  if (list[j] == kit::pp::B(list[k].microbatch, list[k].chunk)) std::swap(list[j], list[k]);
+          }
+          try {
+            kit::pp::simulate(s, {3, 3, 2});
+            ++finished;
+          } catch (const kit::Error& e) {
+            if (std::string(e.what()).find("deadlock") == std::string::npos) throw;
+            ++deadlocks;
+          }
+        }
+      },
+      20);
+  ASSERT_EQ(outcome, "");
+  EXPECT_GT(deadlocks, 0) << "some shuffles must deadlock";
+  EXPECT_EQ(deadlocks + finished, 300);
 }
 
 // ---- completeness -----------------------------------------------------------------------
