@@ -1,37 +1,157 @@
-// schedule: print the pipeline's clock-cycle schedule (Problem 2.1's clock_cycles) for
-// m micro-batches on n partitions, as a table or as JSON. No tensors involved.
+// schedule: print a pipeline schedule. Without --kind, the clock-cycle schedule of
+// Assignment 1 (Problem 2.1's clock_cycles) for m micro-batches on n partitions, as a table
+// or as JSON. With --kind, a training schedule of Assignment 2 (Problem 3.1: gpipe, 1f1b,
+// interleaved) on p ranks, replayed by the simulator: its timeline as a table, as JSON, or
+// drawn as a PNG. --timeline-json shows a timeline saved earlier (simulated or measured).
+// No tensors involved.
 //   ./build/schedule -m 4 -n 3
 //   ./build/schedule -m 8 -n 4 --json
+//   ./build/schedule --kind 1f1b -p 4 -m 8
+//   ./build/schedule --kind interleaved -p 4 -m 8 -v 2 --png interleaved.png
+//   ./build/schedule --timeline-json measured.json --png measured.png
 #include <CLI/CLI.hpp>
+#include <cstdio>
+#include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
 #include "kit/errors.h"
 #include "pipeline/pipe.h"
 #include "pipeline/schedule.h"
+#include "pipeline_training/schedules.h"
+#include "pipeline_training/simulate.h"
 #include "project/cli.h"
+// plots/ (LibTorch-free, built when gnuplot-iostream is found) is on the include path
+// exactly when this program is linked with it.
+#if __has_include("timeline_png.h")
+#include "timeline_png.h"
+#define KIT_HAVE_PLOTS 1
+#endif
+
+namespace {
+
+// Assignment 1: the clock-cycle table (unchanged).
+int print_clock_cycles(int64_t m, int64_t n, bool json) {
+  const kit::Schedule schedule = kit::clock_cycles(m, n);
+  if (json) {
+    std::cout << kit::schedule_to_json(schedule, m, n).dump() << "\n";
+    return 0;
+  }
+  std::cout << m << " micro-batches on " << n << " partitions: " << schedule.size() << " clocks (m + n - 1 = "
+            << m + n - 1 << "); (i,j) is micro-batch i on partition j\n\n"
+            << kit::format_schedule_table(schedule, n);
+  // Forward-only GPipe with equal stages: m * n busy slots out of (m + n - 1) * n.
+  const double busy = static_cast<double>(m) / static_cast<double>(schedule.size());
+  std::cout << "\nevery partition is busy " << m << " of " << schedule.size() << " clocks (" << 100.0 * busy
+            << " %), idle " << 100.0 * (1 - busy) << " % (the bubble)\n";
+  return 0;
+}
+
+kit::pp::Timeline read_timeline(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw kit::Error("cannot read --timeline-json " + path + ": check the path");
+  nlohmann::json j;
+  try {
+    in >> j;
+  } catch (const nlohmann::json::exception& e) {
+    throw kit::Error("--timeline-json " + path + " is not valid JSON (" + e.what() + ")");
+  }
+  try {
+    return kit::pp::timeline_from_json(j);
+  } catch (const kit::Error& e) {
+    throw kit::Error("--timeline-json " + path + ": " + e.what());
+  }
+}
+
+void draw(const kit::pp::Timeline& t, const std::string& heading, const std::string& xlabel, const std::string& png) {
+#ifdef KIT_HAVE_PLOTS
+  kit::plots::TimelinePicture picture;
+  char summary[160];
+  std::snprintf(summary, sizeof summary, "makespan %g, bubble %.1f%%", t.makespan, 100 * t.bubble_fraction);
+  picture.title = heading + "\n" + summary + "; F3 = forward of micro-batch 3" +
+                  (t.shape.chunks > 1 ? ", F3.1 = on chunk 1" : "") + "; blank = idle (the bubble)";
+  picture.xlabel = xlabel;
+  picture.chunks = static_cast<int>(t.shape.chunks);
+  for (const auto& row : t.ranks) {
+    std::vector<kit::plots::TimelineBox> boxes;
+    for (const kit::pp::TimedAction& a : row)
+      boxes.push_back({kit::pp::to_string(a.action), a.action.op == kit::pp::Op::Backward,
+                       static_cast<int>(a.action.chunk), a.start, a.end});
+    picture.ranks.push_back(boxes);
+  }
+  kit::plots::draw_timeline(png, picture);
+  std::cerr << "wrote " << png << "\n";  // stderr: stdout may be JSON
+#else
+  (void)t, (void)heading, (void)xlabel;
+  throw kit::Error("--png " + png + ": this build has no plotting (plots/ needs gnuplot-iostream and Boost; "
+                   "Debian/Ubuntu: apt-get install libgnuplot-iostream-dev gnuplot-nox, then rebuild)");
+#endif
+}
+
+void show(const kit::pp::Timeline& t, const std::string& heading, const std::string& xlabel, bool json,
+          const std::string& png) {
+  if (json) {
+    std::cout << kit::pp::timeline_to_json(t).dump() << "\n";
+  } else {
+    std::cout << heading << "\n\n" << kit::pp::format_timeline(t);
+  }
+  if (!png.empty()) draw(t, heading, xlabel, png);
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"Print the clock-cycle schedule of a pipeline: which micro-batch (i) runs on which partition (j) "
-               "at each clock."};
-  int64_t m = 4, n = 3;
+  CLI::App app{"Print a pipeline schedule. Without --kind: Assignment 1's clock-cycle schedule, which micro-batch (i) "
+               "runs on which partition (j) at each clock. With --kind: a training schedule (GPipe, 1F1B or "
+               "interleaved 1F1B) on p ranks, replayed by the simulator: its timeline per rank, makespan, bubble "
+               "and peak in-flight micro-batches, as a table, JSON or a PNG."};
+  int64_t m = 4, n = 3, p = 4, v = 1;
   bool json = false;
+  std::string kind, png, timeline_json;
+  kit::pp::Costs costs;
   app.add_option("-m,--microbatches", m, "Number of micro-batches")->capture_default_str();
-  app.add_option("-n,--partitions,--stages", n, "Number of partitions (pipeline stages)")->capture_default_str();
+  auto* n_opt =
+      app.add_option("-n,--partitions,--stages", n, "Number of partitions (clock-cycle table only)")->capture_default_str();
   app.add_flag("--json", json, "Print JSON instead of a table");
+  auto* kind_opt = app.add_option("--kind", kind, "Training schedule to simulate: gpipe, 1f1b or interleaved");
+  auto* p_opt = app.add_option("-p,--ranks", p, "Pipeline ranks (with --kind)")->capture_default_str();
+  auto* v_opt = app.add_option("-v,--chunks", v, "Model chunks per rank (with --kind interleaved, >= 2; default 2 there)")->capture_default_str();
+  auto* f_opt = app.add_option("--forward", costs.forward,
+                               "Time of one micro-batch's forward through one rank's share of the model (with "
+                               "--kind; one chunk's action costs this / v)")->capture_default_str();
+  auto* b_opt = app.add_option("--backward", costs.backward, "Same for the backward (with --kind)")->capture_default_str();
+  auto* c_opt = app.add_option("--comm", costs.comm, "Time of one message between ranks (with --kind)")->capture_default_str();
+  auto* png_opt = app.add_option("--png", png, "Also draw the timeline into this PNG file (with --kind or --timeline-json)");
+  auto* tj_opt = app.add_option("--timeline-json", timeline_json,
+                                "Show a timeline saved as JSON (the --kind --json format, or a measured one) instead");
   return kit::guarded_main(argc, argv, app, [&] {
-    const kit::Schedule schedule = kit::clock_cycles(m, n);
-    if (json) {
-      std::cout << kit::schedule_to_json(schedule, m, n).dump() << "\n";
+    if (!timeline_json.empty()) {
+      for (auto* o : {kind_opt, p_opt, v_opt, f_opt, b_opt, c_opt, n_opt})
+        if (o->count() > 0) throw kit::Error(o->get_name() + " does not apply to --timeline-json: the file has the timeline");
+      const kit::pp::Timeline t = read_timeline(timeline_json);
+      const std::string heading = timeline_json + ": p = " + std::to_string(t.shape.ranks) + ", m = " +
+                                  std::to_string(t.shape.microbatches) + ", v = " + std::to_string(t.shape.chunks);
+      show(t, heading, "time", json, png);
       return 0;
     }
-    std::cout << m << " micro-batches on " << n << " partitions: " << schedule.size() << " clocks (m + n - 1 = "
-              << m + n - 1 << "); (i,j) is micro-batch i on partition j\n\n"
-              << kit::format_schedule_table(schedule, n);
-    // Forward-only GPipe with equal stages: m * n busy slots out of (m + n - 1) * n.
-    const double busy = static_cast<double>(m) / static_cast<double>(schedule.size());
-    std::cout << "\nevery partition is busy " << m << " of " << schedule.size() << " clocks (" << 100.0 * busy
-              << " %), idle " << 100.0 * (1 - busy) << " % (the bubble)\n";
+    if (kind.empty()) {
+      for (auto* o : {p_opt, v_opt, f_opt, b_opt, c_opt, png_opt})
+        if (o->count() > 0)
+          throw kit::Error(o->get_name() + " needs --kind gpipe|1f1b|interleaved (without --kind this prints "
+                           "Assignment 1's clock-cycle table of -m and -n)");
+      return print_clock_cycles(m, n, json);
+    }
+    if (n_opt->count() > 0) throw kit::Error("-n is the clock-cycle table's; with --kind give the ranks as -p");
+    const kit::pp::ScheduleKind k = kit::pp::parse_schedule_kind(kind);
+    if (k == kit::pp::ScheduleKind::Interleaved && v_opt->count() == 0 && p > 1) v = 2;
+    const kit::pp::PipelineShape shape{p, m, v};
+    const kit::pp::Timeline t = kit::pp::simulate(kit::pp::make_schedule(k, shape), shape, costs);
+    char c[160];
+    std::snprintf(c, sizeof c, "F = %g, B = %g, comm = %g", costs.forward, costs.backward, costs.comm);
+    const std::string heading = kit::pp::to_string(k) + " schedule: p = " + std::to_string(p) + " ranks, m = " +
+                                std::to_string(m) + " micro-batches, v = " + std::to_string(v) + " chunk" +
+                                (v == 1 ? "" : "s") + " per rank (" + c + ")";
+    show(t, heading, "time (units of --forward/--backward)", json, png);
     return 0;
   });
 }

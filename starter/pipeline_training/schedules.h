@@ -9,6 +9,10 @@
 //   Interleaved      Megatron's interleaved 1F1B with v chunks per rank (virtual stage c*p + r
 //                    on rank r); m must be a multiple of p. Bubble (p-1)(F+B)/v.
 //
+// Every schedule here runs a chunk's backwards in micro-batch order (B0 first), as
+// Megatron-LM does: micro-batch 0 finished its forward first, so its gradient is the first
+// one the next rank can send back. Any other order makes ranks wait or deadlock.
+//
 // The builders below only order actions: they need no tensors and no processes, so the
 // tests check them exactly and the simulator (simulate.h) replays them.
 #pragma once

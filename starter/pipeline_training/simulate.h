@@ -22,17 +22,25 @@
 
 namespace kit::pp {
 
-// Cost of one action. Per-stage costs (index = virtual stage) override the scalars when
-// given, so measured per-stage times can be fed in. comm: time of one point-to-point
-// message between ranks (0 in the reference facts).
+// Cost of one action. `forward` and `backward` are the time of one micro-batch through one
+// rank's whole share of the model, so with v chunks per rank an action on one chunk costs
+// forward / v (backward / v): interleaving cuts the work into smaller pieces, it does not
+// add work. Per-stage costs (index = virtual stage), when given, are the cost of an action
+// on that virtual stage as is, so measured per-stage times can be fed in. comm: time of one
+// point-to-point message, added between the end of an action on one rank and the start of
+// the action that uses its result on another rank (0 in the reference facts; nothing is
+// added between two chunks on the same rank).
 struct Costs {
   double forward = 1.0;
   double backward = 2.0;
   double comm = 0.0;
   std::vector<double> forward_per_stage;   // empty, or one per virtual stage
   std::vector<double> backward_per_stage;  // empty, or one per virtual stage
-  double forward_of(int64_t stage) const;
-  double backward_of(int64_t stage) const;
+  // Cost of F (B) on virtual stage `stage` with `chunks` chunks per rank.
+  double forward_of(int64_t stage, int64_t chunks = 1) const;
+  double backward_of(int64_t stage, int64_t chunks = 1) const;
+  // kit::Error when a cost is negative or not finite, or a per-stage list is not one per stage.
+  void check(const PipelineShape& shape) const;
 };
 
 struct TimedAction {

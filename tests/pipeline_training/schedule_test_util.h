@@ -1,0 +1,78 @@
+// Helpers for the schedule and simulator tests: readable schedules in failure messages,
+// schedules written as strings ("F0 F1 B0 F2.1"), and a guard that turns a hang into a
+// failure. Nothing here needs LibTorch.
+#pragma once
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <functional>
+#include <future>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
+
+#include "kit/errors.h"
+#include "pipeline_training/action.h"
+#include "pipeline_training/schedules.h"
+#include "pipeline_training/simulate.h"
+
+namespace pp_test {
+
+// "rank 0: F0 F1 B0 B1\nrank 1: ..." for failure messages.
+inline std::string show(const kit::pp::Schedules& s) {
+  std::string out;
+  for (size_t r = 0; r < s.size(); ++r) out += "\n  rank " + std::to_string(r) + ": " + kit::pp::to_string(s[r]);
+  return out + "\n";
+}
+
+// "F0 F1 B0 F2.1" -> {F(0), F(1), B(0), F(2, 1)}.
+inline kit::pp::RankSchedule parse(const std::string& text) {
+  kit::pp::RankSchedule out;
+  std::istringstream in(text);
+  for (std::string word; in >> word;) {
+    const auto dot = word.find('.');
+    const int64_t i = std::stoll(word.substr(1, dot - 1));
+    const int64_t c = dot == std::string::npos ? 0 : std::stoll(word.substr(dot + 1));
+    out.push_back(word[0] == 'F' ? kit::pp::F(i, c) : kit::pp::B(i, c));
+  }
+  return out;
+}
+
+// Runs fn on its own thread and waits at most `seconds`. Returns "" when fn returned,
+// "threw: <message>" when it threw, and "timeout" when it did not finish in time (the
+// thread is then left behind, detached: the test fails instead of hanging).
+inline std::string run_with_timeout(std::function<void()> fn, double seconds) {
+  auto done = std::make_shared<std::promise<std::string>>();
+  auto result = done->get_future();
+  std::thread([fn = std::move(fn), done] {
+    try {
+      fn();
+      done->set_value("");
+    } catch (const std::exception& e) {
+      done->set_value(std::string("threw: ") + e.what());
+    } catch (...) {
+      done->set_value("threw: (not a std::exception)");
+    }
+  }).detach();
+  if (result.wait_for(std::chrono::duration<double>(seconds)) != std::future_status::ready) return "timeout";
+  return result.get();
+}
+
+// The message of the kit::Error that fn throws, or a failure when it throws none.
+inline std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const kit::Error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected a kit::Error, none was thrown";
+  return "";
+}
+
+// The student's schedule of every rank, or a failure naming what was not implemented.
+inline kit::pp::Schedules build(kit::pp::ScheduleKind kind, int64_t p, int64_t m, int64_t v = 1) {
+  return kit::pp::make_schedule(kind, {p, m, v});
+}
+
+}  // namespace pp_test
