@@ -25,7 +25,9 @@ pp::Schedules both_receive_first() {
 std::vector<std::string> deadlock_args(const dp_test::TempDir& dir) {
   pp_run::write_schedule_file(dir / "deadlock.json", both_receive_first());
   auto args = pp_run::program_args({2, "interleaved", 2, 2, 4}, dir.path());
-  args.insert(args.end(), {"--steps", "1", "--schedule-file", dir / "deadlock.json"});
+  for (size_t k = 0; k + 1 < args.size(); ++k)
+    if (args[k] == "--steps") args[k + 1] = "1";
+  args.insert(args.end(), {"--schedule-file", dir / "deadlock.json"});
   return args;
 }
 
@@ -50,7 +52,7 @@ TEST(PipelineFailure, DeadlockIsRejectedByTheSimulatorBeforeRunning) {
   EXPECT_EQ(r.exitcode, 1) << pp_run::describe(r);
   EXPECT_LT(r.seconds, 4) << "the simulator should reject the schedule before any rank waits\n" << pp_run::describe(r);
   EXPECT_EQ(r.output.find("starting"), std::string::npos) << "no rank should have been started\n" << r.output;
-  for (const char* what : {"rank 0", "rank 1", "F0.1", "F0.0"})
+  for (const char* what : {"deadlock", "rank 0 F0.1", "rank 1 F0"})
     EXPECT_NE(r.output.find(what), std::string::npos)
         << "the simulator's message should name every stuck rank and action (" << what << ")\n" << r.output;
 }
