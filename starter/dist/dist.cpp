@@ -260,28 +260,39 @@ using C10dWork = decltype(std::declval<compat::C10dBackend&>().allreduce(std::de
 
 struct Work::Impl {
   C10dWork work;
-  std::vector<torch::Tensor> tensors;  // kept alive until the collective is done
+  std::vector<torch::Tensor> tensors;  // kept alive until the operation is done
   const char* what = "";
 
-  // The one place all-reduces are counted and issued (all_reduce waits at once,
-  // all_reduce_async hands the Work to its caller).
-  static Work start(const torch::Tensor& contiguous, ReduceOp op, const char* what) {
+  // Issues one c10d operation on `contiguous` and wraps its handle (c10d returns the same
+  // Work type for all-reduce, send and recv). A failure to even start is a CommError.
+  template <class Issue>
+  static Work start(const torch::Tensor& contiguous, const char* what, Issue&& issue) {
     Group& g = group(what);
-    c_allreduce_calls += 1;
-    c_allreduce_bytes += nbytes(contiguous);
     auto impl = std::make_shared<Impl>();
     impl->tensors = {contiguous};
     impl->what = what;
-    c10d::AllreduceOptions o;
-    o.reduceOp = to_c10d(op);
     try {
-      impl->work = g.backend->allreduce(impl->tensors, o);
+      impl->work = issue(*g.backend, impl->tensors);
+    } catch (const Error&) {
+      throw;
     } catch (const std::exception& e) {
       throw CommError(failure_message(g, what, e));
     }
     Work w;
     w.impl_ = std::move(impl);  // a nested class may set its enclosing class's members
     return w;
+  }
+
+  // The one place all-reduces are counted and issued (all_reduce waits at once,
+  // all_reduce_async hands the Work to its caller).
+  static Work start_all_reduce(const torch::Tensor& contiguous, ReduceOp op, const char* what) {
+    c_allreduce_calls += 1;
+    c_allreduce_bytes += nbytes(contiguous);
+    c10d::AllreduceOptions o;
+    o.reduceOp = to_c10d(op);
+    return start(contiguous, what, [&](compat::C10dBackend& b, std::vector<torch::Tensor>& v) {
+      return b.allreduce(v, o);
+    });
   }
 };
 
@@ -301,7 +312,7 @@ void all_reduce(const torch::Tensor& tensor, ReduceOp op) {
   check_tensor(tensor, "all_reduce");
   // Gloo and NCCL reduce dense buffers: reduce a contiguous copy and write it back.
   const torch::Tensor buffer = tensor.is_contiguous() ? tensor : tensor.contiguous();
-  Work::Impl::start(buffer, op, "all_reduce").wait();
+  Work::Impl::start_all_reduce(buffer, op, "all_reduce").wait();
   if (!buffer.is_same(tensor)) copy_back(tensor, buffer);
 }
 
@@ -310,7 +321,7 @@ Work all_reduce_async(const torch::Tensor& tensor, ReduceOp op) {
   if (!tensor.is_contiguous())
     throw Error("dist::all_reduce_async needs a contiguous tensor (it reduces the buffer in place while you "
                 "go on): pass t.contiguous() and read the result from that");
-  return Work::Impl::start(tensor, op, "all_reduce_async");
+  return Work::Impl::start_all_reduce(tensor, op, "all_reduce_async");
 }
 
 void broadcast(const torch::Tensor& tensor, int src) {
@@ -355,6 +366,40 @@ void recv(const torch::Tensor& tensor, int src, int tag) {
   std::vector<torch::Tensor> v{tensor.is_contiguous() ? tensor : tensor.contiguous()};
   run("recv", [&](compat::C10dBackend& b) { return b.recv(v, src, tag); });
   if (!v[0].is_same(tensor)) copy_back(tensor, v[0]);
+}
+
+namespace {
+void check_peer(int peer, const char* what, const char* role) {
+  if (peer < 0 || peer >= get_world_size() || peer == get_rank())
+    throw Error(std::string("dist::") + what + ": " + role + " rank " + std::to_string(peer) +
+                " is not another existing rank (this is rank " + std::to_string(get_rank()) + " of " +
+                std::to_string(get_world_size()) + ")");
+}
+void check_contiguous(const torch::Tensor& t, const char* what) {
+  if (!t.is_contiguous())
+    throw Error(std::string("dist::") + what +
+                " needs a contiguous tensor (it is read or written while you go on): pass t.contiguous()");
+}
+}  // namespace
+
+Work send_async(const torch::Tensor& tensor, int dst, int tag) {
+  check_tensor(tensor, "send_async");
+  check_contiguous(tensor, "send_async");
+  check_peer(dst, "send_async", "destination");
+  c_send_bytes += nbytes(tensor);
+  return Work::Impl::start(tensor, "send_async", [&](compat::C10dBackend& b, std::vector<torch::Tensor>& v) {
+    return b.send(v, dst, tag);
+  });
+}
+
+Work recv_async(const torch::Tensor& tensor, int src, int tag) {
+  check_tensor(tensor, "recv_async");
+  check_contiguous(tensor, "recv_async");
+  check_peer(src, "recv_async", "source");
+  c_recv_bytes += nbytes(tensor);
+  return Work::Impl::start(tensor, "recv_async", [&](compat::C10dBackend& b, std::vector<torch::Tensor>& v) {
+    return b.recv(v, src, tag);
+  });
 }
 
 void destroy_process_group() {

@@ -63,8 +63,8 @@ torch::Device device();          // where this rank computes: cpu for gloo, cuda
 // copied to a contiguous buffer and back.
 void all_reduce(const torch::Tensor& tensor, ReduceOp op = ReduceOp::SUM);
 
-// A collective that has been started and may still be running (torch.distributed's
-// async_op=True). wait() blocks until it is done and throws CommError when it failed;
+// A collective or point-to-point message that has been started and may still be running
+// (torch.distributed's async_op=True, isend, irecv). wait() blocks until it is done and throws CommError when it failed;
 // only after wait() does the tensor hold the result. A Work that is never waited for
 // still finishes, but its errors are lost.
 class Work {
@@ -86,6 +86,16 @@ void broadcast(const torch::Tensor& tensor, int src);
 void barrier();
 void send(const torch::Tensor& tensor, int dst, int tag = 0);
 void recv(const torch::Tensor& tensor, int src, int tag = 0);
+
+// Point-to-point, started and returned at once (torch.distributed's isend / irecv).
+// wait() finishes them, with the same timeout and CommError as every other call.
+// Gloo's send only completes once the receiver has posted the matching receive, so two
+// ranks that both send to each other with the blocking send() at the same moment wait
+// for each other forever; with send_async both go on to their receives. Gloo matches a
+// receive to a send by (source, tag); NCCL ignores the tag and matches in call order per
+// pair of ranks. The tensor must be contiguous and must not be touched until wait().
+Work send_async(const torch::Tensor& tensor, int dst, int tag = 0);
+Work recv_async(const torch::Tensor& tensor, int src, int tag = 0);
 
 // Copies rank src's parameters and buffers into every rank's model, so all ranks start
 // from the same weights whatever their random state. Counted as broadcasts.

@@ -45,4 +45,10 @@ class P2P {
   int64_t sent_ = 0, received_ = 0;
 };
 
+// NCCL matches the messages between two ranks in the order they were issued, not by tag.
+// Checks, from every rank's schedule, that each rank receives the messages of each
+// neighbouring rank in the order that rank sends them; kit::Error naming the pair of ranks
+// and the first two messages out of order otherwise. Gloo needs no such check (tags).
+void check_in_order_delivery(const Schedules& schedules, const PipelineShape& shape);
+
 }  // namespace kit::pp

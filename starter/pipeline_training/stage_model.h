@@ -11,6 +11,7 @@
 // stage's parameters can be compared one by one with a single-process model.
 #pragma once
 #include <torch/nn/module.h>
+#include <torch/nn/modules/dropout.h>
 #include <torch/nn/pimpl.h>
 #include <torch/types.h>
 
@@ -53,6 +54,7 @@ class StageModuleImpl : public torch::nn::Module {
   int64_t stage() const { return stage_; }
   int64_t first_block() const { return first_block_; }
   int64_t num_blocks() const { return num_blocks_; }
+  const GPT2Config& config() const { return cfg_; }
   // This stage's parameters under the full model's names (the tied wte copy as "wte.weight").
   std::vector<std::pair<std::string, torch::Tensor>> named_model_parameters() const;
   // The wte weight this stage holds (stage 0's own, or the last stage's copy), or undefined.
@@ -62,6 +64,7 @@ class StageModuleImpl : public torch::nn::Module {
   int64_t stage_, n_stages_, first_block_ = 0, num_blocks_ = 0;
   GPT2Config cfg_;
   torch::nn::Embedding wte{nullptr}, wpe{nullptr};
+  torch::nn::Dropout drop{nullptr};
   torch::nn::ModuleList h{nullptr};
   torch::nn::LayerNorm ln_f{nullptr};
 };

@@ -1,0 +1,153 @@
+// Helpers for the real-run tests of run_pipeline_training: the tiny setup shared by the
+// runs and the single-process reference, running the program under a deadline, schedule
+// files, and reading the ranks' saved dicts.
+#pragma once
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "data_parallel/dp_test_util.h"
+#include "kit/config.h"
+#include "model/gpt2.h"
+#include "pipeline_training/action.h"
+#include "train/loop.h"
+#include "train/loss.h"
+
+#ifndef KIT_RUN_PIPELINE_TRAINING
+#error "tests/CMakeLists.txt must define KIT_RUN_PIPELINE_TRAINING (the path of run_pipeline_training)"
+#endif
+
+namespace pp_run {
+using Env = std::vector<std::pair<std::string, std::string>>;
+
+// The tiny setup: small enough that 4 processes take a few seconds, big enough that every
+// wrong executor moves some gradient far outside the tolerance.
+constexpr int64_t kBatch = 8, kSeqLen = 16, kVocab = 64, kSteps = 3;
+constexpr double kLr = 1e-3;
+constexpr uint64_t kSeed = 7;
+
+struct RunSpec {
+  int ranks = 2;
+  std::string schedule = "1f1b";
+  int64_t microbatches = 4;
+  int64_t virtual_chunks = 1;
+  int64_t n_layer = 2;
+};
+
+inline std::vector<std::string> program_args(const RunSpec& s, const std::string& dir) {
+  return {KIT_RUN_PIPELINE_TRAINING, "--world-size", std::to_string(s.ranks), "--schedule", s.schedule,
+          "--chunks", std::to_string(s.microbatches), "--virtual", std::to_string(s.virtual_chunks),
+          "--preset", "tiny", "--n-layer", std::to_string(s.n_layer), "--dropout", "0",
+          "--batch-size", std::to_string(kBatch), "--seq-len", std::to_string(kSeqLen),
+          "--vocab-size", std::to_string(kVocab), "--steps", std::to_string(kSteps), "--lr", "0.001",
+          "--seed", std::to_string(kSeed), "--threads", "1", "--no-progress", "--out", dir + "/metrics/{rank}.json"};
+}
+
+// Runs the program under a deadline with the launch variables cleared (a test may itself
+// run under srun or torchrun) and a short communication timeout, so that an executor that
+// leaves a peer waiting fails in seconds rather than at ctest's deadline.
+inline dp_test::RunResult run_program(const std::vector<std::string>& argv, Env env, const std::string& log,
+                                      double timeout_s = 50, const std::string& dist_timeout = "10") {
+  for (const char* v : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "KIT_STORE_HOSTED",
+                        "SLURM_PROCID", "SLURM_NTASKS", "SLURM_STEP_ID", "SLURM_STEPID"}) {
+    bool given = false;
+    for (const auto& e : env) given = given || e.first == v;
+    if (!given && std::getenv(v)) env.push_back({v, ""});  // empty counts as unset
+  }
+  env.push_back({"KIT_DIST_TIMEOUT", dist_timeout});
+  env.push_back({"OMP_NUM_THREADS", "1"});
+  return dp_test::run(argv, env, log, timeout_s);
+}
+
+inline std::string describe(const dp_test::RunResult& r) {
+  std::ostringstream s;
+  s << "exit code " << r.exitcode << (r.timed_out ? " (killed at the deadline)" : "") << " after " << r.seconds
+    << " s; output:\n" << r.output;
+  return s.str();
+}
+
+// {"schedules": [[{"op": "F", "microbatch": 0, "chunk": 0}, ...], ...]}, written here by
+// hand so the file does not depend on the kit's own JSON functions.
+inline void write_schedule_file(const std::string& path, const kit::pp::Schedules& s) {
+  std::ofstream f(path);
+  f << "{\"schedules\": [";
+  for (size_t r = 0; r < s.size(); ++r) {
+    f << (r ? ", " : "") << "[";
+    for (size_t k = 0; k < s[r].size(); ++k) {
+      const auto& a = s[r][k];
+      f << (k ? ", " : "") << "{\"op\": \"" << (a.op == kit::pp::Op::Forward ? "F" : "B")
+        << "\", \"microbatch\": " << a.microbatch << ", \"chunk\": " << a.chunk << "}";
+    }
+    f << "]";
+  }
+  f << "]}\n";
+}
+
+inline std::map<std::string, torch::Tensor> load_rank_file(const std::string& path) {
+  const std::string bytes = dp_test::read_file(path);
+  std::map<std::string, torch::Tensor> out;
+  if (bytes.empty()) return out;
+  auto dict = torch::pickle_load(std::vector<char>(bytes.begin(), bytes.end())).toGenericDict();
+  for (const auto& item : dict) out[item.key().toStringRef()] = item.value().toTensor();
+  return out;
+}
+
+// The model every rank builds (run_pipeline_training: kit::build_model from --seed).
+inline kit::GPT2 reference_model(int64_t n_layer) {
+  kit::GPT2Config cfg = kit::gpt2_preset("tiny");
+  cfg.dropout = 0;
+  cfg.n_layer = n_layer;
+  return kit::build_model(cfg, kVocab, kSeqLen, kSeed);
+}
+
+// The program's synthetic batches: manual_seed(seed + 1000), then per step
+// randint(vocab, {batch, seq_len + 1}); input = [:, :-1], labels = [:, 1:], mask = 1.
+struct TokenBatch {
+  torch::Tensor idx, labels, mask;
+};
+inline std::vector<TokenBatch> reference_batches() {
+  torch::manual_seed(kSeed + 1000);
+  std::vector<TokenBatch> out;
+  for (int64_t k = 0; k < kSteps; ++k) {
+    auto t = torch::randint(kVocab, {kBatch, kSeqLen + 1}, torch::kInt64);
+    out.push_back({t.narrow(1, 0, kSeqLen).contiguous(), t.narrow(1, 1, kSeqLen).contiguous(),
+                   torch::ones({kBatch, kSeqLen})});
+  }
+  return out;
+}
+
+// One process, the whole model, the whole batch: the losses of every step, the gradients
+// after the first batch and the parameters after kSteps AdamW steps.
+struct Reference {
+  std::vector<double> losses;
+  std::map<std::string, torch::Tensor> grads, params;
+};
+inline Reference single_process_reference(int64_t n_layer) {
+  auto model = reference_model(n_layer);
+  const auto batches = reference_batches();
+  torch::optim::AdamW opt(model->parameters(), torch::optim::AdamWOptions(kLr).weight_decay(0.0));
+  Reference ref;
+  for (int64_t k = 0; k < kSteps; ++k) {
+    opt.zero_grad();
+    const auto& b = batches[static_cast<size_t>(k)];
+    auto loss = kit::masked_cross_entropy(model->forward(b.idx), b.labels, b.mask);
+    loss.backward();
+    ref.losses.push_back(loss.item<double>());
+    if (k == 0)
+      for (const auto& p : model->named_parameters()) ref.grads[p.key()] = p.value().grad().detach().clone();
+    opt.step();
+  }
+  for (const auto& p : model->named_parameters()) ref.params[p.key()] = p.value().detach().clone();
+  return ref;
+}
+
+// Largest |actual - expected| - (atol + rtol * |expected|), elementwise; <= 0 passes.
+inline double excess(const torch::Tensor& actual, const torch::Tensor& expected, double atol, double rtol) {
+  return ((actual - expected).abs() - (atol + rtol * expected.abs())).max().item<double>();
+}
+
+}  // namespace pp_run

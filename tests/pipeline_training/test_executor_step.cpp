@@ -1,0 +1,151 @@
+// Problem 3.2 in one process: forward_step and backward_step with p = 1 rank and v = 2
+// chunks (two virtual stages on rank 0, so their messages are handed over in memory).
+// Checked against the plain model on the whole batch:
+//   - the batch loss, and every parameter's gradient (chunk 0's only arrive if chunk 1
+//     sent the gradient of its input back, and if what was kept stayed in the graph);
+//   - what forward keeps: one entry more after each F, one less after each B, nothing
+//     left at the end (kept_count, observed before every action);
+//   - the messages: one activation per F on chunk 0, one gradient per B on chunk 1.
+// Tolerance: 1e-5 + 1e-4 |want| elementwise (float32 sums in another order).
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "pipeline_training/executor.h"
+#include "pipeline_training/p2p.h"
+#include "pipeline_training/stage_model.h"
+#include "train/loop.h"
+#include "train/loss.h"
+
+namespace {
+namespace pp = kit::pp;
+
+constexpr int64_t kBatch = 4, kSeqLen = 8, kVocab = 50;
+
+kit::GPT2 tiny_model() {
+  kit::GPT2Config cfg = kit::gpt2_preset("tiny");
+  cfg.dropout = 0;
+  cfg.n_layer = 2;
+  return kit::build_model(cfg, kVocab, kSeqLen, 11);
+}
+
+struct Data {
+  torch::Tensor idx, labels, mask;
+};
+Data batch() {
+  torch::manual_seed(5);
+  auto t = torch::randint(kVocab, {kBatch, kSeqLen + 1}, torch::kInt64);
+  auto mask = torch::ones({kBatch, kSeqLen});
+  mask.narrow(1, 0, 3).narrow(0, 1, 1).zero_();  // a row with fewer counted tokens
+  return {t.narrow(1, 0, kSeqLen).contiguous(), t.narrow(1, 1, kSeqLen).contiguous(), mask};
+}
+
+struct Outcome {
+  pp::BatchResult result;
+  std::vector<size_t> kept_before;  // kept_count() before each action
+  size_t kept_after = 0;
+  int64_t sent = 0, received = 0;
+  std::map<std::string, torch::Tensor> grads;  // by the full model's names
+};
+
+Outcome run_in_process(const pp::RankSchedule& schedule, int64_t m) {
+  auto full = tiny_model();
+  const pp::PipelineShape shape{1, m, 2};
+  auto chunks = pp::build_rank_chunks(full, shape, 0);
+  pp::P2P p2p(shape, 0, torch::TensorOptions().dtype(torch::kFloat32));
+  pp::Executor ex(chunks, shape, 0, p2p);
+  const Data d = batch();
+  const auto micro = pp::split_batch(d.idx, d.labels, d.mask, m);
+  Outcome o;
+  o.result = ex.run(schedule, micro, [&](size_t, const pp::Action&) { o.kept_before.push_back(ex.kept_count()); });
+  o.kept_after = ex.kept_count();
+  o.sent = p2p.messages_sent();
+  o.received = p2p.messages_received();
+  pp::sum_tied_gradients(chunks, shape, 0);
+  for (const auto& c : chunks)
+    for (const auto& [name, p] : c->named_model_parameters())
+      o.grads[name] = p.grad().defined() ? p.grad().detach().clone() : torch::Tensor();
+  return o;
+}
+
+struct Plain {
+  double loss = 0;
+  std::map<std::string, torch::Tensor> grads;
+};
+Plain plain_model() {
+  auto model = tiny_model();
+  const Data d = batch();
+  auto loss = kit::masked_cross_entropy(model->forward(d.idx), d.labels, d.mask);
+  loss.backward();
+  Plain p;
+  p.loss = loss.item<double>();
+  for (const auto& q : model->named_parameters()) p.grads[q.key()] = q.value().grad().detach().clone();
+  return p;
+}
+
+void expect_gradients_match(const Outcome& o, const Plain& want) {
+  for (const auto& [name, g] : want.grads) {
+    ASSERT_TRUE(o.grads.count(name)) << name << " is in no chunk";
+    ASSERT_TRUE(o.grads.at(name).defined())
+        << name << " got no gradient: backward never reached it (was the gradient of chunk 1's input sent back to "
+        << "chunk 0, and did chunk 0 keep the very output autograd built?)";
+    const auto& got = o.grads.at(name);
+    const double excess = ((got - g).abs() - (1e-5 + 1e-4 * g.abs())).max().item<double>();
+    EXPECT_LE(excess, 0) << name << ": gradient differs from the plain model's by up to "
+                         << (got - g).abs().max().item<double>() << " (norm ratio "
+                         << got.norm().item<double>() / std::max(1e-30, g.norm().item<double>())
+                         << "; m = 2 would be a loss not scaled by the micro-batch weight)";
+  }
+}
+
+// F0.0 F0.1 B0.1 B0.0 F1.0 F1.1 B1.1 B1.0: one micro-batch at a time through both chunks.
+TEST(ExecutorStep, TwoChunksOneMicroBatchAtATimeMatchPlainModel) {
+  const pp::RankSchedule s = {pp::F(0, 0), pp::F(0, 1), pp::B(0, 1), pp::B(0, 0),
+                              pp::F(1, 0), pp::F(1, 1), pp::B(1, 1), pp::B(1, 0)};
+  const Outcome o = run_in_process(s, 2);
+  const Plain want = plain_model();
+  EXPECT_NEAR(o.result.loss, want.loss, 1e-5 + 1e-4 * want.loss)
+      << "the batch loss is the sum of the micro-batch losses, each times its weight (1/m)";
+  expect_gradients_match(o, want);
+}
+
+TEST(ExecutorStep, KeptStateGrowsWithForwardsAndIsFreedByBackwards) {
+  const pp::RankSchedule s = {pp::F(0, 0), pp::F(0, 1), pp::B(0, 1), pp::B(0, 0),
+                              pp::F(1, 0), pp::F(1, 1), pp::B(1, 1), pp::B(1, 0)};
+  const Outcome o = run_in_process(s, 2);
+  EXPECT_EQ(o.kept_before, (std::vector<size_t>{0, 1, 2, 1, 0, 1, 2, 1}))
+      << "forward_step must keep() one entry, backward_step must take() it (and not keep it again)";
+  EXPECT_EQ(o.kept_after, 0u);
+  EXPECT_EQ(o.result.peak_kept, 2);
+  EXPECT_EQ(o.sent, 4) << "one activation per forward of chunk 0, one input gradient per backward of chunk 1";
+  EXPECT_EQ(o.received, 4);
+}
+
+// All forwards first (GPipe order over the two chunks): every micro-batch is kept at once,
+// and the backwards still find their own micro-batch's tensors.
+TEST(ExecutorStep, AllForwardsFirstKeepsEveryMicroBatchAndMatchesPlainModel) {
+  pp::RankSchedule s;
+  const int64_t m = 4;
+  for (int64_t c = 0; c < 2; ++c)
+    for (int64_t i = 0; i < m; ++i) s.push_back(pp::F(i, c));
+  for (int64_t c = 1; c >= 0; --c)
+    for (int64_t i = 0; i < m; ++i) s.push_back(pp::B(i, c));
+  const Outcome o = run_in_process(s, m);
+  EXPECT_EQ(o.result.peak_kept, 2 * m);
+  EXPECT_EQ(o.kept_after, 0u);
+  const Plain want = plain_model();
+  EXPECT_NEAR(o.result.loss, want.loss, 1e-5 + 1e-4 * want.loss);
+  expect_gradients_match(o, want);
+}
+
+// A backward whose forward never ran is an error naming the action, never a crash.
+TEST(ExecutorStep, BackwardWithoutForwardIsAnError) {
+  const pp::RankSchedule s = {pp::B(0, 1)};
+  try {
+    run_in_process(s, 1);
+    FAIL() << "B(0) before F(0) must throw";
+  } catch (const kit::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("micro-batch 0"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
