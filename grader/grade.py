@@ -452,14 +452,30 @@ def check_restrictions(found, rubric):
 
 
 # ---------------------------------------------------------------- grading
+def cases_cache(work: Path, kit_copy: Path, assignment: int, student_files) -> Path:
+    """work/cases/a<assignment>-<kit fingerprint>.json: each assignment keeps its own list."""
+    return work / "cases" / f"a{assignment}-{kit_fingerprint(kit_copy, student_files, assignment)}.json"
+
+
+def store_cases(cache: Path, cases, assignment: int):
+    """Write the list in one rename, replacing this assignment's lists of an older kit (and lists
+    named as before there were assignments); other assignments' lists stay."""
+    cache.parent.mkdir(exist_ok=True)
+    for old in cache.parent.glob("*.json"):
+        if old.name.startswith(f"a{assignment}-") or re.fullmatch(r"[0-9a-f]{32}\.json", old.name):
+            old.unlink()
+    tmp = cache.with_suffix(".tmp")
+    tmp.write_text(json.dumps(cases, indent=1))
+    os.replace(tmp, cache)
+
+
 def graded_cases(kit_copy: Path, build_dir: Path, work: Path, rubric, stubs, sandbox, jobs, scratch, log,
                  assignment=1, student_files=None):
     """The cases the kit has ({graded name: (suite, gtest name)}), listed from a build of the kit
     with its own starter stubs (so no submission's code runs while listing) and kept in
-    work/cases/a<assignment>-<kit fingerprint>.json; a submission cannot change which cases are
-    graded. Each assignment keeps its own list, so one work dir serves every assignment."""
-    key = kit_fingerprint(kit_copy, student_files or rubric["student_files"], assignment)
-    cache = work / "cases" / f"a{assignment}-{key}.json"
+    cases_cache(); a submission cannot change which cases are graded. Each assignment keeps its
+    own list, so one work dir serves every assignment."""
+    cache = cases_cache(work, kit_copy, assignment, student_files or rubric["student_files"])
     if cache.is_file():
         return json.loads(cache.read_text())
     for f in rubric["student_files"]:
@@ -472,13 +488,7 @@ def graded_cases(kit_copy: Path, build_dir: Path, work: Path, rubric, stubs, san
                  if not any(fnmatch.fnmatchcase(n, p) for n in cases)]
     if unmatched:
         raise RuntimeError("rubric test patterns that match no case of the kit: " + ", ".join(unmatched))
-    cache.parent.mkdir(exist_ok=True)
-    for old in cache.parent.glob("*.json"):  # this assignment's lists of an older kit
-        if old.name.startswith(f"a{assignment}-") or re.fullmatch(r"[0-9a-f]{32}\.json", old.name):
-            old.unlink()
-    tmp = cache.with_suffix(".tmp")
-    tmp.write_text(json.dumps(cases, indent=1))
-    os.replace(tmp, cache)
+    store_cases(cache, cases, assignment)
     return cases
 
 
