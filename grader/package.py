@@ -175,7 +175,8 @@ def main(argv=None):
     ap.add_argument("--with-solutions-of", type=int, action="append", default=[], metavar="K",
                     help="student bundle only: starter/ gets the reference solution of earlier assignment "
                          "K's student files (repeatable; default: their stubs)")
-    ap.add_argument("--out", type=Path)
+    ap.add_argument("--out", type=Path, help="the zip to write (default: kit-student.zip / autograder.zip for "
+                                              "assignment 1, kit-student-a<N>.zip / autograder-a<N>.zip for N)")
     ap.add_argument("--list", action="store_true", help="print the file list, write nothing")
     args = ap.parse_args(argv)
     n = args.assignment

@@ -100,7 +100,7 @@ def grade_once(sub: Path, work: Path, jobs: int, items, test_timeout, assignment
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("name")
+    ap.add_argument("name", help="solution, starter, or the folder name of a wrong submission")
     ap.add_argument("--work", type=Path, required=True)
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--assignment", type=int, default=1, metavar="N",
