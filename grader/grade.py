@@ -9,8 +9,8 @@ grader/assignment<N>/rubric.json) are taken from it (at <f> or starter/<f>), plu
 submit_figures/*.png; everything else, other assignments' student files included, is listed
 and ignored, so a submission can never replace tests, rubric, CMake or given code. The
 student files are copied into a clean copy of the kit (without solution/; every other
-assignment's student files are the kit's starter stubs), built, and every test case runs as its own process
-in a sandbox (grader/sandbox.py) with its own timeout. A case earns points only when the test
+assignment's student files are the kit's starter stubs), built, and every test case runs as
+its own process in a sandbox (grader/sandbox.py) with its own timeout. A case earns points only when the test
 program's verdict channel says, with the token of that run, that the case's body ended and
 passed; which cases exist comes from the kit (its starter stubs), never from the submission.
 results.json is always written, even when everything fails, after every process the
