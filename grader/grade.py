@@ -155,7 +155,10 @@ def collect(root: Path, rubric):
 # ---------------------------------------------------------------- the kit copy
 def sync_tree(src: Path, dst: Path, skip=()):
     """Copy src to dst but `skip` (relative paths), rewriting only files whose content changed
-    (keeps rebuilds incremental)."""
+    (keeps rebuilds incremental), and remove what dst has that src no longer has (a test file
+    deleted from the kit, or one from another checkout that graded in the same work dir, must
+    not be built and graded)."""
+    wanted = set()
     for dirpath, dirnames, filenames in os.walk(src):
         rel = Path(dirpath).relative_to(src)
         ignored = ANY_IGNORE(dirpath, dirnames + filenames)
@@ -164,12 +167,22 @@ def sync_tree(src: Path, dst: Path, skip=()):
         dirnames[:] = [d for d in dirnames if d not in ignored]
         (dst / rel).mkdir(parents=True, exist_ok=True)
         for name in filenames:
-            if name in ignored or str(rel / name) in skip:
+            if name in ignored:
+                continue
+            wanted.add(rel / name)
+            if str(rel / name) in skip:
                 continue
             path, out = Path(dirpath) / name, dst / rel / name
             if not out.exists() or out.read_bytes() != path.read_bytes():
                 shutil.copy2(path, out)
                 os.utime(out)  # a fresh mtime, so make rebuilds what changed
+    for dirpath, dirnames, filenames in os.walk(dst, topdown=False):
+        rel = Path(dirpath).relative_to(dst)
+        for name in filenames:
+            if rel / name not in wanted:
+                os.unlink(Path(dirpath) / name)
+        if rel != Path(".") and not os.listdir(dirpath):
+            os.rmdir(dirpath)
 
 
 def put(path: Path, data: bytes):

@@ -165,6 +165,20 @@ class Assignments(unittest.TestCase):
             grade.sync_kit(kit, work, grade.load_rubric(kit, 1))
             self.assertEqual((copy / "starter/q/a2.cpp").read_text(), "// stub of q/a2.cpp\n")
 
+    def test_files_the_kit_no_longer_has_leave_the_copy(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            kit, work = self.fake_kit(Path(tmp) / "kit"), Path(tmp) / "work"
+            stale = work / "kit" / "tests" / "gone" / "old_test.cpp"
+            stale.parent.mkdir(parents=True)
+            stale.write_text("TEST(Old, Case) {}\n")
+            (work / "kit" / "starter" / "q").mkdir(parents=True)
+            (work / "kit" / "starter" / "q" / "a2.cpp").write_text("// a student's code\n")
+            grade.sync_kit(kit, work, grade.load_rubric(kit, 2))
+            self.assertFalse(stale.exists())
+            self.assertFalse(stale.parent.exists())
+            self.assertEqual((work / "kit/starter/q/a2.cpp").read_text(), "// a student's code\n")
+            self.assertTrue((work / "kit/starter/q/given.h").is_file())
+
     def test_each_assignment_keeps_its_own_case_list_in_a_shared_work_dir(self):
         with tempfile.TemporaryDirectory() as tmp:
             kit, work = self.fake_kit(Path(tmp) / "kit"), Path(tmp) / "work"
