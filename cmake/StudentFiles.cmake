@@ -1,7 +1,8 @@
 # The student files: read from the rubrics ("student_files"), the single lists that the
 # build, the starter generator and the grader all use. grader/rubric.json is assignment 1;
-# grader/assignment<N>/rubric.json the later ones (a student bundle of one assignment still
-# carries every rubric, so the build always sees all student files).
+# grader/assignment<N>/rubric.json the later ones. A student bundle carries grader/rubric.json
+# and its own assignment's rubric only; the list matters with KIT_SOLUTION=ON, in the
+# instructor's checkout, which has every rubric (without it, every starter/*.cpp is built anyway).
 file(GLOB _kit_rubrics "${CMAKE_SOURCE_DIR}/grader/assignment*/rubric.json")
 list(PREPEND _kit_rubrics "${CMAKE_SOURCE_DIR}/grader/rubric.json")
 set(KIT_STUDENT_FILES "")

@@ -1,14 +1,16 @@
 #!/usr/bin/env python3
 """Grade a submission: points per rubric item and a Gradescope results.json.
 
-    python3 grader/grade.py SUBMISSION [--out results.json] [--work DIR]
+    python3 grader/grade.py SUBMISSION [--assignment N] [--out results.json] [--work DIR]
 
 SUBMISSION is a directory or a .zip (one enclosing folder is fine). Only the student
-files named in grader/rubric.json are taken from it (at <f> or starter/<f>), plus
-submit_figures/*.png; everything else is listed and ignored, so a submission can never
-replace tests, rubric, CMake or given code. The student files are copied into a clean
-copy of the kit (without solution/), built, and every test case runs as its own process
-in a sandbox (grader/sandbox.py) with its own timeout. A case earns points only when the test
+files named in the assignment's rubric (1: grader/rubric.json, N >= 2:
+grader/assignment<N>/rubric.json) are taken from it (at <f> or starter/<f>), plus
+submit_figures/*.png; everything else, other assignments' student files included, is listed
+and ignored, so a submission can never replace tests, rubric, CMake or given code. The
+student files are copied into a clean copy of the kit (without solution/; every other
+assignment's student files are the kit's starter stubs), built, and every test case runs as
+its own process in a sandbox (grader/sandbox.py) with its own timeout. A case earns points only when the test
 program's verdict channel says, with the token of that run, that the case's body ended and
 passed; which cases exist comes from the kit (its starter stubs), never from the submission.
 results.json is always written, even when everything fails, after every process the
@@ -44,8 +46,33 @@ TOP_IGNORE = shutil.ignore_patterns("build*", "solution", "data", "runs", "submi
 ANY_IGNORE = shutil.ignore_patterns(".git", "__pycache__", "*.pyc", "wrong_submissions")
 
 
-def load_rubric(kit=KIT):
-    return json.loads((kit / "grader" / "rubric.json").read_text())
+def rubric_path(kit: Path, assignment: int) -> Path:
+    """Assignment 1's rubric is grader/rubric.json; assignment N >= 2's grader/assignment<N>/rubric.json."""
+    return kit / "grader" / ("rubric.json" if assignment == 1 else f"assignment{assignment}/rubric.json")
+
+
+def assignments(kit=KIT) -> list:
+    """The assignment numbers this kit has a rubric for: 1, then every grader/assignment<N>/."""
+    found = [int(m.group(1)) for p in (kit / "grader").glob("assignment*/rubric.json")
+             if (m := re.fullmatch(r"assignment([0-9]+)", p.parent.name)) and int(m.group(1)) >= 2]
+    return [1] + sorted(found)
+
+
+def load_rubric(kit=KIT, assignment=1):
+    if assignment not in assignments(kit):
+        raise ValueError(f"there is no assignment {assignment}: this kit has assignments "
+                         + ", ".join(map(str, assignments(kit)))
+                         + " (1 is grader/rubric.json, N >= 2 is grader/assignment<N>/rubric.json)")
+    return json.loads(rubric_path(kit, assignment).read_text())
+
+
+def all_student_files(kit=KIT) -> list:
+    """Every assignment's student files (the build compiles them all: the ones not graded now
+    are the kit's starter stubs)."""
+    out = []
+    for a in assignments(kit):
+        out += [f for f in load_rubric(kit, a)["student_files"] if f not in out]
+    return out
 
 
 # ---------------------------------------------------------------- the submission
@@ -128,7 +155,10 @@ def collect(root: Path, rubric):
 # ---------------------------------------------------------------- the kit copy
 def sync_tree(src: Path, dst: Path, skip=()):
     """Copy src to dst but `skip` (relative paths), rewriting only files whose content changed
-    (keeps rebuilds incremental)."""
+    (keeps rebuilds incremental), and remove what dst has that src no longer has (a test file
+    deleted from the kit, or one from another checkout that graded in the same work dir, must
+    not be built and graded)."""
+    wanted = set()
     for dirpath, dirnames, filenames in os.walk(src):
         rel = Path(dirpath).relative_to(src)
         ignored = ANY_IGNORE(dirpath, dirnames + filenames)
@@ -137,12 +167,22 @@ def sync_tree(src: Path, dst: Path, skip=()):
         dirnames[:] = [d for d in dirnames if d not in ignored]
         (dst / rel).mkdir(parents=True, exist_ok=True)
         for name in filenames:
-            if name in ignored or str(rel / name) in skip:
+            if name in ignored:
+                continue
+            wanted.add(rel / name)
+            if str(rel / name) in skip:
                 continue
             path, out = Path(dirpath) / name, dst / rel / name
             if not out.exists() or out.read_bytes() != path.read_bytes():
                 shutil.copy2(path, out)
                 os.utime(out)  # a fresh mtime, so make rebuilds what changed
+    for dirpath, dirnames, filenames in os.walk(dst, topdown=False):
+        rel = Path(dirpath).relative_to(dst)
+        for name in filenames:
+            if rel / name not in wanted:
+                os.unlink(Path(dirpath) / name)
+        if rel != Path(".") and not os.listdir(dirpath):
+            os.rmdir(dirpath)
 
 
 def put(path: Path, data: bytes):
@@ -203,7 +243,8 @@ def build(work: Path, build_dir: Path, jobs: int, timeout: int, log, suites=()):
     cache = build_dir / "CMakeCache.txt"
     suites = ";".join(suites)
     wants = [f"KIT_TEST_SUITES:STRING={suites}"]
-    if not cache.exists() or any(w not in cache.read_text(errors="replace") for w in wants):
+    have = set(cache.read_text(errors="replace").splitlines()) if cache.exists() else set()
+    if any(w not in have for w in wants):  # whole lines: "=pipeline" is not "=pipeline_training"
         rc, out = run(["cmake", "-S", str(work), "-B", str(build_dir), "-DKIT_SOLUTION=OFF",
                        "-DCMAKE_BUILD_TYPE=Release", "-DKIT_PLOTS=OFF"] + ["-D" + w for w in wants],
                       work, timeout, log)
@@ -214,9 +255,10 @@ def build(work: Path, build_dir: Path, jobs: int, timeout: int, log, suites=()):
 
 
 # ---------------------------------------------------------------- which cases, and running them
-def kit_fingerprint(kit_copy: Path, student_files) -> str:
-    """A hash of the kit copy without the student files: the graded cases depend on nothing else."""
-    h = hashlib.sha256()
+def kit_fingerprint(kit_copy: Path, student_files, assignment=1) -> str:
+    """A hash of the assignment number and the kit copy without the student files (of every
+    assignment): the graded cases depend on nothing else."""
+    h = hashlib.sha256(f"assignment {assignment}\0".encode())
     skip = {Path("starter") / f for f in student_files}
     for dirpath, dirnames, filenames in os.walk(kit_copy):
         dirnames.sort()
@@ -423,12 +465,30 @@ def check_restrictions(found, rubric):
 
 
 # ---------------------------------------------------------------- grading
-def graded_cases(kit_copy: Path, build_dir: Path, work: Path, rubric, stubs, sandbox, jobs, scratch, log):
+def cases_cache(work: Path, kit_copy: Path, assignment: int, student_files) -> Path:
+    """work/cases/a<assignment>-<kit fingerprint>.json: each assignment keeps its own list."""
+    return work / "cases" / f"a{assignment}-{kit_fingerprint(kit_copy, student_files, assignment)}.json"
+
+
+def store_cases(cache: Path, cases, assignment: int):
+    """Write the list in one rename, replacing this assignment's lists of an older kit (and lists
+    named as before there were assignments); other assignments' lists stay."""
+    cache.parent.mkdir(exist_ok=True)
+    for old in cache.parent.glob("*.json"):
+        if old.name.startswith(f"a{assignment}-") or re.fullmatch(r"[0-9a-f]{32}\.json", old.name):
+            old.unlink()
+    tmp = cache.with_suffix(".tmp")
+    tmp.write_text(json.dumps(cases, indent=1))
+    os.replace(tmp, cache)
+
+
+def graded_cases(kit_copy: Path, build_dir: Path, work: Path, rubric, stubs, sandbox, jobs, scratch, log,
+                 assignment=1, student_files=None):
     """The cases the kit has ({graded name: (suite, gtest name)}), listed from a build of the kit
     with its own starter stubs (so no submission's code runs while listing) and kept in
-    work/cases/<kit fingerprint>.json; a submission cannot change which cases are graded."""
-    key = kit_fingerprint(kit_copy, rubric["student_files"])
-    cache = work / "cases" / f"{key}.json"
+    cases_cache(); a submission cannot change which cases are graded. Each assignment keeps its
+    own list, so one work dir serves every assignment."""
+    cache = cases_cache(work, kit_copy, assignment, student_files or rubric["student_files"])
     if cache.is_file():
         return json.loads(cache.read_text())
     for f in rubric["student_files"]:
@@ -441,12 +501,7 @@ def graded_cases(kit_copy: Path, build_dir: Path, work: Path, rubric, stubs, san
                  if not any(fnmatch.fnmatchcase(n, p) for n in cases)]
     if unmatched:
         raise RuntimeError("rubric test patterns that match no case of the kit: " + ", ".join(unmatched))
-    cache.parent.mkdir(exist_ok=True)
-    for old in cache.parent.glob("*.json"):
-        old.unlink()
-    tmp = cache.with_suffix(".tmp")
-    tmp.write_text(json.dumps(cases, indent=1))
-    os.replace(tmp, cache)
+    store_cases(cache, cases, assignment)
     return cases
 
 
@@ -467,11 +522,12 @@ def static_item(found, rubric, number):
         ({f for f, *_ in findings} if action == "zero" else set())
 
 
-def grade(submission: Path, work: Path, jobs: int, items_filter=None, kit=KIT, test_timeout=None):
-    rubric, log, tests_out, t0 = load_rubric(kit), [], [], time.time()
+def grade(submission: Path, work: Path, jobs: int, items_filter=None, kit=KIT, test_timeout=None, assignment=1):
+    rubric, log, tests_out, t0 = load_rubric(kit, assignment), [], [], time.time()
     if test_timeout is None:  # 0: each suite's own TIMEOUT (tests/CMakeLists.txt)
         test_timeout = rubric["timeouts"].get("test_case_seconds", 0)
     sandbox = Sandbox(jobs)
+    log.append(f"assignment {assignment}: " + rubric.get("title", "grader/rubric.json"))
     log.append(sandbox.describe())
     work.mkdir(parents=True, exist_ok=True)
     runs = work / "runs"  # each case's own directory goes here, made fresh and removed after
@@ -485,7 +541,7 @@ def grade(submission: Path, work: Path, jobs: int, items_filter=None, kit=KIT, t
     try:
         with tempfile.TemporaryDirectory(prefix="grade-") as scratch:
             tests_out = grade_in(submission, work, jobs, items_filter, kit, test_timeout, rubric, log,
-                                 Path(scratch), sandbox, runs)
+                                 Path(scratch), sandbox, runs, assignment)
     finally:
         sandbox.sweep()
         left = sandbox.leftovers()
@@ -497,7 +553,16 @@ def grade(submission: Path, work: Path, jobs: int, items_filter=None, kit=KIT, t
             "tests": tests_out}
 
 
-def grade_in(submission, work, jobs, items_filter, kit, test_timeout, rubric, log, scratch, sandbox, runs):
+def sync_kit(kit: Path, work: Path, rubric) -> Path:
+    """work/kit: a clean copy of the kit. The graded assignment's student files are left for
+    the caller to put; every other student file (other assignments') is the kit's starter stub,
+    whatever an earlier grading in this work dir put there."""
+    sync_tree(kit, work / "kit", skip={"starter/" + f for f in rubric["student_files"]})
+    return work / "kit"
+
+
+def grade_in(submission, work, jobs, items_filter, kit, test_timeout, rubric, log, scratch, sandbox, runs,
+             assignment=1):
     tests_out = []
     root = unpack(submission, scratch)
     found, figures, ignored = collect(root, rubric)
@@ -508,10 +573,10 @@ def grade_in(submission, work, jobs, items_filter, kit, test_timeout, rubric, lo
     if missing:
         log.append("not submitted, starter stubs used: " + ", ".join(missing))
 
-    sync_tree(kit, work / "kit", skip={"starter/" + f for f in rubric["student_files"]})
-    kit_copy, build_dir = work / "kit", work / "build"
+    kit_copy, build_dir = sync_kit(kit, work, rubric), work / "build"
     stubs = {f: (kit / "starter" / f).read_bytes() for f in rubric["student_files"]}
-    cases = graded_cases(kit_copy, build_dir, work, rubric, stubs, sandbox, jobs, runs, log)
+    cases = graded_cases(kit_copy, build_dir, work, rubric, stubs, sandbox, jobs, runs, log,
+                         assignment, all_student_files(kit))
     for f in rubric["student_files"]:
         put(kit_copy / "starter" / f, read_nofollow(found[f]) if f in found else stubs[f])
 
@@ -538,7 +603,8 @@ def grade_in(submission, work, jobs, items_filter, kit, test_timeout, rubric, lo
         sandbox, suite_programs(build_dir, graded_suites(rubric)), wanted, jobs,
         rubric["timeouts"]["tests_seconds"], test_timeout, rubric.get("may_skip", []), runs, log)
 
-    static, zeroed = static_item(found, rubric, len(items) + 2)
+    restricted = "restrictions" in rubric  # Assignment 1's Problem 1 only
+    static, zeroed = static_item(found, rubric, len(items) + 1 + restricted)
     for number, it in enumerate(items, 1):
         entry = {"name": it["name"], "number": str(number), "max_score": it["points"], "visibility": "visible"}
         broken = [f for f in it.get("files", []) if f in compile_failed]
@@ -582,10 +648,11 @@ def grade_in(submission, work, jobs, items_filter, kit, test_timeout, rubric, lo
         tests_out.append(entry)
 
     problems = check_restrictions(found, rubric)
-    tests_out.append({"name": "Implementation restrictions (Problem 1: only the kit's dist layer and launcher)",
-                      "number": str(len(items) + 1), "score": 0, "max_score": 0,
-                      "status": "failed" if problems else "passed", "visibility": "visible",
-                      "output": "\n".join(problems) or "no include or call outside the allowed set"})
+    if restricted:
+        tests_out.append({"name": "Implementation restrictions (Problem 1: only the kit's dist layer and launcher)",
+                          "number": str(len(items) + 1), "score": 0, "max_score": 0,
+                          "status": "failed" if problems else "passed", "visibility": "visible",
+                          "output": "\n".join(problems) or "no include or call outside the allowed set"})
     tests_out.append(static)
     return tests_out
 
@@ -601,19 +668,28 @@ def print_table(results, stream=sys.stdout):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("submission", type=Path, help="a directory or a .zip")
+    ap.add_argument("--assignment", type=int, default=1, metavar="N",
+                    help="which assignment to grade (default 1: grader/rubric.json; N >= 2: "
+                         "grader/assignment<N>/rubric.json); only its student files are taken")
     ap.add_argument("--out", type=Path, default=Path("results.json"), help="where to write results.json")
     ap.add_argument("--work", type=Path, help="build directory to (re)use; default: a temporary one")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
     ap.add_argument("--items", nargs="*", help="grade only rubric items whose name contains one of these")
-    ap.add_argument("--build-only", action="store_true", help="build (e.g. at setup time), grade no item")
+    ap.add_argument("--build-only", action="store_true",
+                    help="build the assignment's test suites (e.g. at setup time), grade no item")
     ap.add_argument("--test-timeout", type=int, help="seconds per test case (default: rubric, 0 = suite TIMEOUTs)")
     args = ap.parse_args(argv)
+    if args.assignment not in assignments():  # a usage error, before any results.json is written
+        ap.error(f"there is no assignment {args.assignment}: this kit has assignments "
+                 + ", ".join(map(str, assignments())) + " (grader/rubric.json is 1, "
+                 "grader/assignment<N>/rubric.json is N)")
     if args.build_only:
         args.items = ["\0"]  # a name no rubric item has
     tmp = None
     try:
         work = args.work or Path(tmp := tempfile.mkdtemp(prefix="grade-work-"))
-        results = grade(args.submission, work.resolve(), args.jobs, args.items, test_timeout=args.test_timeout)
+        results = grade(args.submission, work.resolve(), args.jobs, args.items, test_timeout=args.test_timeout,
+                        assignment=args.assignment)
     except Exception as e:  # never leave the instructor without a results.json
         results = {"score": 0, "execution_time": 0, "output": f"grader error: {type(e).__name__}: {e}",
                    "tests": [{"name": "Grading", "number": "0", "score": 0, "max_score": 100, "status": "failed",

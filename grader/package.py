@@ -1,25 +1,40 @@
 #!/usr/bin/env python3
-"""Build the two things an instructor hands out.
+"""Build the two things an instructor hands out, for one assignment.
 
-    python3 grader/package.py student    [--out kit-student.zip]   # what students get
-    python3 grader/package.py gradescope [--out autograder.zip]    # Gradescope's autograder
+    python3 grader/package.py student    [--assignment N] [--out kit-student.zip]  # what students get
+    python3 grader/package.py gradescope [--assignment N] [--out autograder.zip]   # Gradescope's autograder
 
-student:    the files git tracks, minus the reference solution and the grader internals:
-            starter (stubs), given code, public tests, handout, plots, scripts, cmake,
-            CMakeLists.txt and grader/rubric.json (CMake reads it).
-gradescope: setup.sh and run_autograder at the zip's root, and the kit (with grader/, without
-            solution/ and wrong submissions) under kit/. setup.sh installs the packages with
-            scripts/install_deps.sh and builds the kit once, so grading is an incremental build;
-            run_autograder grades /autograder/submission into /autograder/results/results.json.
+An assignment is a rubric: 1 is grader/rubric.json, N >= 2 is grader/assignment<N>/rubric.json.
+Its own material is that rubric's folder, the test suites its items name (tests/<suite>/,
+grader/hidden_tests/<suite>/) and its handout chapter (handout/assignment<N>.md; handout/README.md
+is Assignment 1's chapter and the index, so it ships with every assignment). A package of
+assignment N leaves out every other assignment's own material; given code, shared tests and
+the starter stubs of every student file ship with each (the programs share them).
+
+student:    the files git tracks, minus the reference solution, the grader internals and the
+            other assignments' own material: starter (stubs), given code, public tests, handout,
+            plots, scripts, cmake, CMakeLists.txt, grader/rubric.json (CMake reads it) and
+            grader/assignment<N>/rubric.json. --with-solutions-of K (K < N) puts the reference
+            solution of assignment K's student files in starter/ (for a course that releases
+            assignment N after K is due).
+gradescope: setup.sh and run_autograder at the zip's root, both passing --assignment N, and the
+            kit (with grader/, assignment N's rubric and hidden tests, without solution/ and wrong
+            submissions) under kit/. setup.sh installs the packages with scripts/install_deps.sh
+            and builds the kit once, so grading is an incremental build; run_autograder grades
+            /autograder/submission into /autograder/results/results.json.
 """
 import argparse
+import json
+import re
 import subprocess
 import sys
 import zipfile
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from make_starter import BEGIN, END  # noqa: E402
+
 KIT = Path(__file__).resolve().parent.parent
-GRADER_PUBLIC = {"grader/rubric.json"}
 
 SETUP_SH = """#!/usr/bin/env bash
 # Gradescope runs this once when the image is built.
@@ -27,13 +42,13 @@ set -euo pipefail
 cd /autograder/source
 bash kit/scripts/install_deps.sh
 # Build the kit once with the starter stubs: each submission is then an incremental build.
-python3 kit/grader/grade.py --build-only --work /autograder/work --out /tmp/prebuild.json kit
+python3 kit/grader/grade.py --assignment {n} --build-only --work /autograder/work --out /tmp/prebuild.json kit
 """
 
 RUN_AUTOGRADER = """#!/usr/bin/env bash
 # Gradescope runs this for every submission.
 mkdir -p /autograder/results
-python3 /autograder/source/kit/grader/grade.py /autograder/submission \\
+python3 /autograder/source/kit/grader/grade.py /autograder/submission --assignment {n} \\
     --work /autograder/work --out /autograder/results/results.json
 """
 
@@ -43,29 +58,106 @@ def tracked_files():
     return [f for f in out.decode().split("\0") if f and (KIT / f).is_file()]
 
 
-def student_files():
+# ---------------------------------------------------------------- assignments
+def rubric_path(n: int) -> str:
+    return "grader/rubric.json" if n == 1 else f"grader/assignment{n}/rubric.json"
+
+
+def assignments():
+    """1, then N for every grader/assignment<N>/rubric.json."""
+    later = [int(m.group(1)) for p in (KIT / "grader").glob("assignment*/rubric.json")
+             if (m := re.fullmatch(r"assignment([0-9]+)", p.parent.name)) and int(m.group(1)) >= 2]
+    return [1] + sorted(later)
+
+
+def rubric(n: int):
+    if n not in assignments():
+        raise SystemExit(f"error: there is no assignment {n}: this kit has assignments "
+                         + ", ".join(map(str, assignments()))
+                         + " (grader/rubric.json is 1, grader/assignment<N>/rubric.json is N)")
+    return json.loads((KIT / rubric_path(n)).read_text())
+
+
+def suites(n: int):
+    """The test suites assignment n's rubric items name (a test name is <suite>.<gtest name>)."""
+    return {t.split(".")[0] for it in rubric(n)["items"] for t in it.get("tests", [])}
+
+
+def own_material(n: int, keep_suites=()):
+    """Path prefixes that belong to assignment n alone (suites in keep_suites are shared)."""
+    prefixes = [f"handout/assignment{n}.md", f"handout/assignment{n}/"]
+    if n >= 2:
+        prefixes.append(f"grader/assignment{n}/")
+    for s in sorted(suites(n) - set(keep_suites)):
+        prefixes += [f"tests/{s}/", f"grader/hidden_tests/{s}/"]
+    return prefixes
+
+
+def without_other_assignments(files, n: int):
+    """files minus every other assignment's own material. A test file that a file still in the
+    list includes (a shared test helper) stays."""
+    others = [p for k in assignments() if k != n for p in own_material(k, keep_suites=suites(n))]
+    keep = [f for f in files if not f.startswith(tuple(others))]
+    dropped = set(files) - set(keep)
+    todo = [f for f in keep if f.startswith(("tests/", "grader/hidden_tests/"))]
+    while todo:
+        f = todo.pop()
+        for inc in re.findall(r'^\s*#\s*include\s*"([^"]+)"', (KIT / f).read_text(errors="replace"), re.M):
+            for cand in (str(Path(f).parent / inc), "tests/" + inc):
+                if cand in dropped:
+                    dropped.discard(cand)
+                    keep.append(cand)
+                    todo.append(cand)
+    return sorted(keep, key=files.index)
+
+
+# ---------------------------------------------------------------- the two packages
+def student_files(assignment=1):
+    public = {"grader/rubric.json", rubric_path(assignment)}  # CMake reads grader/rubric.json
     keep = []
     for f in tracked_files():
         top = f.split("/", 1)[0]
-        if top in ("solution", ".ci") or (top == "grader" and f not in GRADER_PUBLIC):
+        if top in ("solution", ".ci") or (top == "grader" and f not in public):
             continue
         keep.append(f)
-    return keep
+    return without_other_assignments(keep, assignment)
 
 
-def gradescope_files():
-    return [f for f in tracked_files()
-            if f.split("/", 1)[0] not in ("solution", ".ci") and not f.startswith("grader/wrong_submissions/")
-            and not f.startswith("grader/tests/")]
+def solutions_of(earlier, assignment):
+    """{starter/<f>: reference text} for the student files of each earlier assignment, its
+    BEGIN/END SOLUTION marker lines removed (the code between them stays)."""
+    out = {}
+    for k in earlier:
+        if k not in assignments() or k >= assignment:
+            raise SystemExit(f"error: --with-solutions-of {k}: name an earlier assignment than {assignment} "
+                             f"(this kit has {', '.join(map(str, assignments()))})")
+        for f in rubric(k)["student_files"]:
+            src = KIT / "solution" / f
+            if not src.is_file():
+                raise SystemExit(f"error: {src} does not exist: --with-solutions-of needs the instructor's checkout")
+            lines = src.read_text().splitlines(keepends=True)
+            out["starter/" + f] = "".join(l for l in lines if not BEGIN.match(l) and not END.match(l))
+    return out
 
 
-def write_zip(out: Path, files, prefix, extra=None):
+def gradescope_files(assignment=1):
+    files = [f for f in tracked_files()
+             if f.split("/", 1)[0] not in ("solution", ".ci") and not f.startswith("grader/tests/")
+             and not re.match(r"grader/(assignment[0-9]+/)?wrong_submissions/", f)]
+    return without_other_assignments(files, assignment)
+
+
+def write_zip(out: Path, files, prefix, extra=None, replace=None):
+    """files from the kit under prefix, with replace[f] as f's content where given, and extra
+    {name: text} executables at the zip's root."""
     out.parent.mkdir(parents=True, exist_ok=True)
+    replace = replace or {}
     with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
         for f in files:
             info = zipfile.ZipInfo.from_file(KIT / f, prefix + f)
             info.date_time = (2020, 1, 1, 0, 0, 0)  # reproducible
-            z.writestr(info, (KIT / f).read_bytes(), zipfile.ZIP_DEFLATED)
+            data = replace[f].encode() if f in replace else (KIT / f).read_bytes()
+            z.writestr(info, data, zipfile.ZIP_DEFLATED)
         for name, text in (extra or {}).items():
             info = zipfile.ZipInfo(name, (2020, 1, 1, 0, 0, 0))
             info.external_attr = 0o755 << 16
@@ -74,24 +166,37 @@ def write_zip(out: Path, files, prefix, extra=None):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog=__doc__.split("\n\n", 2)[2])
     ap.add_argument("what", choices=["student", "gradescope"])
-    ap.add_argument("--out", type=Path)
+    ap.add_argument("--assignment", type=int, default=1, metavar="N",
+                    help="which assignment (default 1: grader/rubric.json; N >= 2: grader/assignment<N>/)")
+    ap.add_argument("--with-solutions-of", type=int, action="append", default=[], metavar="K",
+                    help="student bundle only: starter/ gets the reference solution of earlier assignment "
+                         "K's student files (repeatable; default: their stubs)")
+    ap.add_argument("--out", type=Path, help="the zip to write (default: kit-student.zip / autograder.zip for "
+                                              "assignment 1, kit-student-a<N>.zip / autograder-a<N>.zip for N)")
     ap.add_argument("--list", action="store_true", help="print the file list, write nothing")
     args = ap.parse_args(argv)
+    n = args.assignment
+    rubric(n)  # a clear error for an assignment that does not exist
     if args.what == "student":
-        files = student_files()
+        files, replace = student_files(n), solutions_of(args.with_solutions_of, n)
         if args.list:
-            print("\n".join(files))
+            print("\n".join(f + ("  (reference solution)" if f in replace else "") for f in files))
             return 0
-        write_zip(args.out or Path("kit-student.zip"), files, "kit/")
+        write_zip(args.out or Path("kit-student.zip" if n == 1 else f"kit-student-a{n}.zip"), files, "kit/",
+                  replace=replace)
     else:
-        files = gradescope_files()
+        if args.with_solutions_of:
+            ap.error("--with-solutions-of applies to the student bundle only")
+        files = gradescope_files(n)
         if args.list:
             print("\n".join(files))
             return 0
-        write_zip(args.out or Path("autograder.zip"), files, "kit/",
-                  {"setup.sh": SETUP_SH, "run_autograder": RUN_AUTOGRADER})
+        write_zip(args.out or Path("autograder.zip" if n == 1 else f"autograder-a{n}.zip"), files, "kit/",
+                  {"setup.sh": SETUP_SH.format(n=n), "run_autograder": RUN_AUTOGRADER.format(n=n)})
     return 0
 
 

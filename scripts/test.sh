@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The kit's test command: install what is missing, build the reference solution,
-# run every test, the grader's self-tests included (they grade the solution, the
-# starter and each known-wrong submission in grader/wrong_submissions/).
+# run every test, the grader's self-tests included (they grade, for every assignment, the
+# solution, the starter and each known-wrong submission: grader/wrong_submissions/ for
+# Assignment 1, grader/assignment<N>/wrong_submissions/ for assignment N).
 #   scripts/test.sh [--quick] [build-dir]     (default build dir: build)
 #   --quick   skip the grader self-tests (about 17 minutes of the total on 2 cores)
 # It installs python3-torch too and requires it: the tests that read the kit's checkpoints

@@ -1,11 +1,14 @@
 #!/usr/bin/env python3
 """Grader self-test: grade one known submission and check every targeted item's points.
 
-    python3 grader/tests/selftest.py solution|starter|<wrong submission> --work DIR
+    python3 grader/tests/selftest.py solution|starter|<wrong submission> --work DIR [--assignment N]
 
+Grades assignment N (default 1: grader/rubric.json; N >= 2: grader/assignment<N>/rubric.json):
 solution: the reference solution plus valid figures must score 100.
 starter:  the stubs and no figures must score 0 (and finish without a grader error).
-<name>:   grader/wrong_submissions/<name>/expected.json says what is wrong and what it scores:
+<name>:   a known-wrong submission: grader/wrong_submissions/<name>/ for assignment 1,
+          grader/assignment<N>/wrong_submissions/<name>/ for N >= 2. Its expected.json says what
+          is wrong and what it scores:
               {"why": "<what is wrong>",
                "edits": [{"file": "pipeline/pipe.cpp", "replace": "<text>", "with": "<text>"}, ...],
                "items": {"<item name substring>": expected points, ...},
@@ -17,7 +20,7 @@ starter:  the stubs and no figures must score 0 (and finish without a grader err
           The submission is the solution files with those edits (each "replace" text must occur
           exactly once in solution/<file>, so an edit that no longer fits the solution is an
           error, not a silently correct submission) plus figures; only the listed items are graded.
-All self-tests share one --work dir, so each is an incremental rebuild. Each grades through
+All self-tests, of every assignment, share one --work dir, so each is an incremental rebuild. Each grades through
 grade.py's command line (results.json written into the work dir, where a submission's leftover
 processes would look for it), and fails when any process runs a program from the work dir
 after the grader returned.
@@ -80,9 +83,13 @@ def leftovers(work: Path):
     return found
 
 
-def grade_once(sub: Path, work: Path, jobs: int, items, test_timeout):
+def wrong_submissions_dir(assignment: int) -> Path:
+    return GRADER / ("wrong_submissions" if assignment == 1 else f"assignment{assignment}/wrong_submissions")
+
+
+def grade_once(sub: Path, work: Path, jobs: int, items, test_timeout, assignment=1):
     out = work / "selftest-results.json"
-    argv = [str(sub), "--work", str(work), "--out", str(out), "--jobs", str(jobs)]
+    argv = [str(sub), "--assignment", str(assignment), "--work", str(work), "--out", str(out), "--jobs", str(jobs)]
     if items:
         argv += ["--items"] + items
     if test_timeout:
@@ -93,18 +100,27 @@ def grade_once(sub: Path, work: Path, jobs: int, items, test_timeout):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("name")
+    ap.add_argument("name", help="solution, starter, or the folder name of a wrong submission")
     ap.add_argument("--work", type=Path, required=True)
     ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--assignment", type=int, default=1, metavar="N",
+                    help="which assignment's rubric, solution and wrong submissions (default 1)")
     args = ap.parse_args(argv)
+    if args.assignment not in grade.assignments():
+        ap.error(f"there is no assignment {args.assignment}: this kit has assignments "
+                 + ", ".join(map(str, grade.assignments())))
     work = args.work.resolve()
     if grade.Sandbox(1).unreachable(work):  # e.g. a clone under /root: the sandbox users need a way in
         work = Path(tempfile.gettempdir()) / ("kit-grader-selftest-" + grade.hashlib.sha256(
             str(work).encode()).hexdigest()[:12])
-    rubric = grade.load_rubric()
+    rubric = grade.load_rubric(assignment=args.assignment)
     spec = {}
     if args.name not in ("solution", "starter"):
-        spec = json.loads((GRADER / "wrong_submissions" / args.name / "expected.json").read_text())
+        path = wrong_submissions_dir(args.assignment) / args.name / "expected.json"
+        if not path.is_file():
+            ap.error(f"no {path}: assignment {args.assignment}'s wrong submissions are in "
+                     f"{wrong_submissions_dir(args.assignment)}/<name>/expected.json")
+        spec = json.loads(path.read_text())
     expected, edits = spec.get("items", {}), spec.get("edits", [])
     items = list(expected) or None
     t0 = time.time()
@@ -112,7 +128,7 @@ def main(argv=None):
         sub = Path(tmp) / "submission"
         sub.mkdir()
         make_submission(sub, rubric, args.name != "starter", edits)
-        out, written = grade_once(sub, work, args.jobs, items, spec.get("test_timeout"))
+        out, written = grade_once(sub, work, args.jobs, items, spec.get("test_timeout"), args.assignment)
     results = json.loads(written)
     bad = []
     if spec.get("watch_after_s"):
@@ -128,6 +144,8 @@ def main(argv=None):
     elif args.name == "starter":
         if results["score"] != 0:
             bad.append(f"the starter scored {results['score']}, not 0")
+        if results["output"].startswith("grader error"):  # a 0 that graded nothing proves nothing
+            bad.append("the grader failed instead of grading the starter: " + results["output"][:3000])
     else:
         for key, pts in expected.items():
             got = [t for t in results["tests"] if key in t["name"]]
@@ -144,12 +162,12 @@ def main(argv=None):
             sub = Path(tmp) / "submission"
             sub.mkdir()
             make_submission(sub, rubric, True)
-            _, written = grade_once(sub, work, args.jobs, None, None)
+            _, written = grade_once(sub, work, args.jobs, None, None, args.assignment)
         after = json.loads(written)
         if after["score"] != 100:
             bad.append(f"the solution graded next in the same work dir scored {after['score']}, not 100:\n"
                        + after["output"][-3000:])
-    print(f"self-test {args.name}: {time.time() - t0:.0f} s")
+    print(f"self-test {args.name} (assignment {args.assignment}): {time.time() - t0:.0f} s")
     for b in bad:
         print("FAIL: " + b)
     if bad:

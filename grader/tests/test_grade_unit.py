@@ -5,6 +5,7 @@ hanging pipes, the static checks, the verdict rules and the sandbox's containmen
     python3 grader/tests/test_grade_unit.py        (ctest: grader.grade_unit)
 """
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -91,6 +92,129 @@ class Collect(unittest.TestCase):
         self.assertEqual(figures, {})
         self.assertIn("pipeline/pipe.cpp (a symbolic link)", ignored)
         self.assertIn("project (a symbolic link)", ignored)
+
+
+class Assignments(unittest.TestCase):
+    """--assignment N: 1 is grader/rubric.json, N >= 2 grader/assignment<N>/rubric.json."""
+
+    def fake_kit(self, root: Path):
+        """A kit with two assignments: a1.cpp (assignment 1) and a2.cpp (assignment 2)."""
+        (root / "grader" / "assignment2").mkdir(parents=True)
+        (root / "grader" / "rubric.json").write_text('{"student_files": ["p/a1.cpp"], "items": []}')
+        (root / "grader" / "assignment2" / "rubric.json").write_text(
+            '{"assignment": 2, "student_files": ["q/a2.cpp"], "items": []}')
+        (root / "grader" / "assignment2x").mkdir()  # not an assignment folder
+        (root / "grader" / "assignment2x" / "rubric.json").write_text("{}")
+        for f in ("p/a1.cpp", "q/a2.cpp", "q/given.h"):
+            (root / "starter" / f).parent.mkdir(parents=True, exist_ok=True)
+            (root / "starter" / f).write_text(f"// stub of {f}\n")
+        return root
+
+    def test_each_assignment_reads_its_own_rubric(self):
+        self.assertEqual(grade.assignments()[0], 1)
+        self.assertEqual(grade.load_rubric(assignment=1), RUBRIC)
+        self.assertIn("pipeline/pipe.cpp", RUBRIC["student_files"])
+        if 2 in grade.assignments():
+            a2 = grade.load_rubric(assignment=2)
+            self.assertEqual(a2["assignment"], 2)
+            self.assertFalse(set(a2["student_files"]) & set(RUBRIC["student_files"]))
+            self.assertEqual(sum(it["points"] for it in a2["items"]), 100)
+            self.assertEqual(grade.graded_suites(a2), ["pipeline_training"])
+        with tempfile.TemporaryDirectory() as tmp:
+            kit = self.fake_kit(Path(tmp))
+            self.assertEqual(grade.assignments(kit), [1, 2])
+            self.assertEqual(grade.all_student_files(kit), ["p/a1.cpp", "q/a2.cpp"])
+
+    def test_an_assignment_that_does_not_exist_is_an_error_naming_those_that_do(self):
+        with self.assertRaisesRegex(ValueError, r"no assignment 7: this kit has assignments 1(, \d+)*"):
+            grade.load_rubric(assignment=7)
+        with tempfile.TemporaryDirectory() as tmp:
+            out = Path(tmp) / "results.json"
+            r = subprocess.run([sys.executable, str(GRADER / "grade.py"), tmp, "--assignment", "0",
+                                "--out", str(out)], capture_output=True, text=True)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("there is no assignment 0: this kit has assignments 1", r.stderr)
+
+    def test_other_assignments_files_in_a_submission_are_ignored(self):
+        if 2 not in grade.assignments():
+            self.skipTest("no assignment 2 in this kit")
+        a2 = grade.load_rubric(assignment=2)
+        with tempfile.TemporaryDirectory() as tmp:
+            root = Path(tmp)
+            for f in ["pipeline/pipe.cpp", "starter/data_parallel/dataset.cpp"] + a2["student_files"]:
+                (root / f).parent.mkdir(parents=True, exist_ok=True)
+                (root / f).write_text("// mine\n")
+            found, _, ignored = grade.collect(root, a2)
+            self.assertEqual(sorted(found), sorted(a2["student_files"]))
+            self.assertIn("pipeline/pipe.cpp", ignored)
+            self.assertIn("starter/data_parallel/dataset.cpp", ignored)
+            found1, _, ignored1 = grade.collect(root, RUBRIC)  # and the other way round
+            self.assertEqual(sorted(found1), ["data_parallel/dataset.cpp", "pipeline/pipe.cpp"])
+            self.assertTrue(set(a2["student_files"]) <= set(ignored1))
+
+    def test_the_kit_copy_has_the_other_assignments_stubs_whatever_an_earlier_grading_left(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            kit, work = self.fake_kit(Path(tmp) / "kit"), Path(tmp) / "work"
+            copy = work / "kit"
+            for f in ("p/a1.cpp", "q/a2.cpp"):  # an earlier grading's submission
+                (copy / "starter" / f).parent.mkdir(parents=True, exist_ok=True)
+                (copy / "starter" / f).write_text("// a student's code\n")
+            grade.sync_kit(kit, work, grade.load_rubric(kit, 2))
+            self.assertEqual((copy / "starter/p/a1.cpp").read_text(), "// stub of p/a1.cpp\n")
+            self.assertEqual((copy / "starter/q/a2.cpp").read_text(), "// a student's code\n")  # put next
+            grade.sync_kit(kit, work, grade.load_rubric(kit, 1))
+            self.assertEqual((copy / "starter/q/a2.cpp").read_text(), "// stub of q/a2.cpp\n")
+
+    def test_files_the_kit_no_longer_has_leave_the_copy(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            kit, work = self.fake_kit(Path(tmp) / "kit"), Path(tmp) / "work"
+            stale = work / "kit" / "tests" / "gone" / "old_test.cpp"
+            stale.parent.mkdir(parents=True)
+            stale.write_text("TEST(Old, Case) {}\n")
+            (work / "kit" / "starter" / "q").mkdir(parents=True)
+            (work / "kit" / "starter" / "q" / "a2.cpp").write_text("// a student's code\n")
+            grade.sync_kit(kit, work, grade.load_rubric(kit, 2))
+            self.assertFalse(stale.exists())
+            self.assertFalse(stale.parent.exists())
+            self.assertEqual((work / "kit/starter/q/a2.cpp").read_text(), "// a student's code\n")
+            self.assertTrue((work / "kit/starter/q/given.h").is_file())
+
+    def test_each_assignment_keeps_its_own_case_list_in_a_shared_work_dir(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            kit, work = self.fake_kit(Path(tmp) / "kit"), Path(tmp) / "work"
+            students = grade.all_student_files(kit)
+            c1, c2 = (grade.cases_cache(work, kit, a, students) for a in (1, 2))
+            self.assertNotEqual(c1.name.split("-")[1], c2.name.split("-")[1])  # the key has the assignment
+            (kit / "starter/p/a1.cpp").write_text("// a submission\n")    # student files: not in the key
+            (kit / "starter/q/a2.cpp").write_text("// another\n")
+            self.assertEqual(grade.cases_cache(work, kit, 1, students), c1)
+            (work / "cases").mkdir(parents=True)
+            old_format = work / "cases" / ("a" * 32 + ".json")
+            old_format.write_text("{}")
+            grade.store_cases(c1, {"s.A.b": ["s", "A.b"]}, 1)
+            grade.store_cases(c2, {"t.C.d": ["t", "C.d"]}, 2)
+            (kit / "starter/q/given.h").write_text("// the kit changed\n")
+            c1_new = grade.cases_cache(work, kit, 1, students)
+            self.assertNotEqual(c1_new, c1)
+            grade.store_cases(c1_new, {"s.A.e": ["s", "A.e"]}, 1)
+            self.assertEqual(sorted(p.name for p in (work / "cases").iterdir()), sorted([c1_new.name, c2.name]))
+
+    def test_configure_again_when_the_suites_differ_even_by_a_suffix(self):
+        calls = []
+        real = grade.run
+        grade.run = lambda cmd, *a, **k: (calls.append(cmd), (0, ""))[1]
+        try:
+            with tempfile.TemporaryDirectory() as tmp:
+                b = Path(tmp)
+                (b / "CMakeCache.txt").write_text("KIT_TEST_SUITES:STRING=pipeline_training\n")
+                grade.build(b, b, 1, 10, [], ["pipeline"])
+                grade.build(b, b, 1, 10, [], ["pipeline_training"])
+        finally:
+            grade.run = real
+        configures = [c for c in calls if "-S" in c]
+        self.assertEqual(len(configures), 1)
+        self.assertIn("-DKIT_TEST_SUITES:STRING=pipeline", configures[0])
+        self.assertEqual([c[-1] for c in calls if "--build" in c], ["test_pipeline", "test_pipeline_training"])
 
 
 class Run(unittest.TestCase):

@@ -1,10 +1,18 @@
-"""The student bundle holds what students need and nothing of the solution or the grader."""
+"""The student bundle holds what students need and nothing of the solution or the grader;
+each assignment's packages hold its own material and no other assignment's."""
+import io
+import subprocess
 import sys
+import tempfile
 import unittest
+import zipfile
+from contextlib import redirect_stdout
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import package  # noqa: E402
+
+LATER = [n for n in package.assignments() if n >= 2]
 
 
 class StudentBundle(unittest.TestCase):
@@ -22,11 +30,95 @@ class StudentBundle(unittest.TestCase):
             self.assertIn(f, self.files)
 
 
+class PerAssignment(unittest.TestCase):
+    def test_assignment_1_bundle_is_the_kit_minus_later_assignments_material(self):
+        # What the bundle was before there was a second assignment: everything tracked but
+        # solution/, .ci/ and grader/ (except grader/rubric.json). Assignment 1's bundle is
+        # exactly that, less only what later assignments added as their own.
+        before = [f for f in package.tracked_files() if f.split("/", 1)[0] not in ("solution", ".ci")
+                  and (not f.startswith("grader/") or f == "grader/rubric.json")]
+        later = tuple(p for n in LATER for p in package.own_material(n, keep_suites=package.suites(1)))
+        self.assertEqual(package.student_files(1), [f for f in before if not f.startswith(later)])
+
+    def test_assignment_1_bundle_has_no_assignment_2_material(self):
+        files = package.student_files(1)
+        self.assertEqual([f for f in files if f.startswith(("tests/pipeline_training/", "grader/assignment2/",
+                                                            "handout/assignment2"))], [])
+        self.assertIn("tests/pipeline/pipe_test.cpp", files)
+        # given code and the stubs of every student file still ship: the programs share them
+        self.assertIn("starter/pipeline_training/executor.h", files)
+        self.assertIn("starter/pipeline_training/step.cpp", files)
+
+    @unittest.skipUnless(2 in package.assignments(), "no assignment 2 in this kit")
+    def test_assignment_2_bundle_has_its_rubric_tests_and_stubs_and_not_assignment_1s_tests(self):
+        files = package.student_files(2)
+        for f in ("grader/rubric.json", "grader/assignment2/rubric.json", "CMakeLists.txt",
+                  "starter/pipeline_training/schedules.cpp", "starter/pipeline_training/step.cpp",
+                  "starter/pipeline_training/executor.h", "starter/pipeline/pipe.cpp", "handout/README.md"):
+            self.assertIn(f, files)
+        tracked = package.tracked_files()
+        self.assertEqual([f for f in tracked if f.startswith("tests/pipeline_training/") and f not in files], [])
+        self.assertFalse([f for f in files if f.startswith(("tests/data_parallel/test_", "tests/pipeline/pipe_test",
+                                                            "solution/", "grader/wrong_submissions/"))])
+        self.assertFalse([f for f in files if f.startswith("grader/") and f not in
+                          ("grader/rubric.json", "grader/assignment2/rubric.json")])
+        # the starter files are stubs, as generated from solution/
+        self.assertIn("NotImplemented", (package.KIT / "starter/pipeline_training/step.cpp").read_text())
+
+    def test_a_test_helper_a_shipped_suite_includes_stays(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            kit = Path(tmp)
+            for f, text in {"tests/a/x.cpp": '#include "b/util.h"\n', "tests/b/util.h": '#include "more.h"\n',
+                            "tests/b/more.h": "", "tests/b/y.cpp": ""}.items():
+                (kit / f).parent.mkdir(parents=True, exist_ok=True)
+                (kit / f).write_text(text)
+            old = (package.KIT, package.assignments, package.own_material, package.suites)
+            try:
+                package.KIT = kit
+                package.assignments = lambda: [1, 2]
+                package.suites = lambda n: {1: {"b"}, 2: {"a"}}[n]
+                package.own_material = lambda n, keep_suites=(): [f"tests/{s}/" for s in package.suites(n)
+                                                                   if s not in keep_suites]
+                kept = package.without_other_assignments(["tests/a/x.cpp", "tests/b/util.h", "tests/b/more.h",
+                                                          "tests/b/y.cpp"], 2)
+            finally:
+                package.KIT, package.assignments, package.own_material, package.suites = old
+        self.assertEqual(kept, ["tests/a/x.cpp", "tests/b/util.h", "tests/b/more.h"])
+
+    @unittest.skipUnless(2 in package.assignments(), "no assignment 2 in this kit")
+    def test_with_solutions_of_an_earlier_assignment(self):
+        replace = package.solutions_of([1], 2)
+        self.assertIn("starter/pipeline/pipe.cpp", replace)
+        text = replace["starter/pipeline/pipe.cpp"]
+        self.assertNotIn("NotImplemented(\"Problem 2.2", text)
+        self.assertNotIn("BEGIN SOLUTION", text)
+        self.assertNotIn("starter/pipeline_training/step.cpp", replace)
+        with self.assertRaises(SystemExit):
+            package.solutions_of([2], 2)  # not an earlier assignment
+        with self.assertRaises(SystemExit):
+            package.solutions_of([1], 1)
+        with tempfile.TemporaryDirectory() as tmp, redirect_stdout(io.StringIO()):
+            out = Path(tmp) / "b.zip"
+            package.main(["student", "--assignment", "2", "--with-solutions-of", "1", "--out", str(out)])
+            with zipfile.ZipFile(out) as z:
+                self.assertEqual(z.read("kit/starter/pipeline/pipe.cpp").decode(), text)
+                self.assertIn(b"NotImplemented", z.read("kit/starter/pipeline_training/step.cpp"))
+
+    def test_an_assignment_that_does_not_exist_is_an_error_naming_those_that_do(self):
+        r = subprocess.run([sys.executable, str(package.KIT / "grader/package.py"), "student", "--assignment", "99",
+                            "--list"], capture_output=True, text=True)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("there is no assignment 99", r.stderr)
+        self.assertIn("1, ", r.stderr + ", ")
+
+
 class GradescopeZip(unittest.TestCase):
     def test_no_solution_or_wrong_submissions(self):
-        files = package.gradescope_files()
-        self.assertIn("grader/grade.py", files)
-        self.assertEqual([f for f in files if f.startswith(("solution/", "grader/wrong_submissions/"))], [])
+        for n in package.assignments():
+            files = package.gradescope_files(n)
+            self.assertIn("grader/grade.py", files)
+            self.assertIn("grader/rubric.json", files)
+            self.assertEqual([f for f in files if f.startswith("solution/") or "wrong_submissions/" in f], [])
 
     def test_carries_the_sandbox_and_the_hidden_variants_the_student_bundle_lacks(self):
         files, student = package.gradescope_files(), package.student_files()
@@ -34,6 +126,30 @@ class GradescopeZip(unittest.TestCase):
         hidden = [f for f in files if f.startswith("grader/hidden_tests/") and f.endswith(".cpp")]
         self.assertTrue(hidden, "the Gradescope zip must carry grader/hidden_tests/")
         self.assertEqual([f for f in hidden if f in student], [])
+
+    def test_each_zip_carries_its_own_rubric_and_hidden_tests_only(self):
+        a1 = package.gradescope_files(1)
+        self.assertFalse([f for f in a1 if f.startswith("grader/assignment")])
+        for n in LATER:
+            files = package.gradescope_files(n)
+            self.assertIn(f"grader/assignment{n}/rubric.json", files)
+            mine = package.suites(n)
+            hidden = {f.split("/")[2] for f in files if f.startswith("grader/hidden_tests/")}
+            self.assertLessEqual(hidden, mine)
+            self.assertFalse([f for f in files if f.startswith("grader/assignment") and
+                              not f.startswith(f"grader/assignment{n}/")])
+
+    def test_scripts_pass_the_assignment(self):
+        for n in package.assignments():
+            with tempfile.TemporaryDirectory() as tmp, redirect_stdout(io.StringIO()):
+                out = Path(tmp) / "autograder.zip"
+                package.main(["gradescope", "--assignment", str(n), "--out", str(out)])
+                with zipfile.ZipFile(out) as z:
+                    for script in ("setup.sh", "run_autograder"):
+                        text = z.read(script).decode()
+                        self.assertIn(f"--assignment {n} ", text, script)
+                        self.assertEqual(z.getinfo(script).external_attr >> 16, 0o755)
+                    self.assertIn(f"kit/{package.rubric_path(n)}", z.namelist())
 
 
 if __name__ == "__main__":
