@@ -43,3 +43,12 @@ using C10dBackend = ::c10d::ProcessGroup;
 #ifndef KIT_HAVE_NCCL
 #define KIT_HAVE_NCCL 0
 #endif
+
+// ---- c10::Allocator, implemented by kit/memory.cpp's counting allocator -----------
+// LibTorch 2.3 dropped `const` from Allocator::allocate (and made copy_data, which the
+// counting allocator defines in any version, pure virtual).
+#if KIT_TORCH_AT_LEAST(2, 3)
+#define KIT_ALLOCATOR_ALLOCATE_CONST
+#else
+#define KIT_ALLOCATOR_ALLOCATE_CONST const
+#endif

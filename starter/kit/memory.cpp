@@ -9,6 +9,8 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "kit/compat.h"
+
 namespace kit::memory {
 
 namespace {
@@ -31,7 +33,7 @@ class CountingAllocator final : public c10::Allocator {
  public:
   explicit CountingAllocator(c10::Allocator* base) : base_(base) {}
 
-  c10::DataPtr allocate(size_t n) const override {
+  c10::DataPtr allocate(size_t n) KIT_ALLOCATOR_ALLOCATE_CONST override {
     c10::DataPtr inner = base_->allocate(n);
     void* data = inner.get();
     const c10::Device device = inner.device();
