@@ -283,13 +283,16 @@ def main(argv=None):
                             "steps": args.steps, "warmup": args.warmup, "cores": os.cpu_count(),
                             "command": shlex.join([sys.argv[0]] + (argv if argv is not None else sys.argv[1:]))}}
     throughput = []
-    for config, label, procs in [("single", "one process", 1), ("mp", "model parallel\n(A1, 2 stages)", 1),
-                                 ("pp", f"Pipe\n(A1, m = {args.chunks})", 1)]:
+    for config, label, procs in [("single", "one process\n(1 thread)", 1),
+                                 ("mp", "model parallel\n(A1, 2 stages, 1 process)", 1),
+                                 ("pp", f"Pipe\n(A1, m = {args.chunks}, 1 process)", 1)]:
         r = bench_run(args, config)
         throughput.append({"name": config, "label": label, "processes": procs, **r})
     schedules = [measure_schedule(args, kind, name, v) for kind, name, v in SCHEDULES]
     for x in schedules:
-        throughput.append({"name": x["kind"], "label": x["name"].replace(" (", "\n("), "processes": args.stages,
+        label = x["name"].replace(" (v = 2)", "") + f"\n({'v = 2, ' if x['virtual_chunks'] > 1 else ''}" \
+            f"{args.stages} processes)"
+        throughput.append({"name": x["kind"], "label": label, "processes": args.stages,
                            "tokens_per_s": x["tokens_per_s"], "tokens_per_s_std": x["tokens_per_s_std"]})
     summary["throughput"] = throughput
     summary["schedules"] = schedules
