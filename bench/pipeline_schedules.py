@@ -284,8 +284,8 @@ def main(argv=None):
                             "command": shlex.join([sys.argv[0]] + (argv if argv is not None else sys.argv[1:]))}}
     throughput = []
     for config, label, procs in [("single", "one process\n(1 thread)", 1),
-                                 ("mp", "model parallel\n(A1, 2 stages, 1 process)", 1),
-                                 ("pp", f"Pipe\n(A1, m = {args.chunks}, 1 process)", 1)]:
+                                 ("mp", "model parallel\n(A1, 1 process)", 1),
+                                 ("pp", f"Pipe, m = {args.chunks}\n(A1, 1 process)", 1)]:
         r = bench_run(args, config)
         throughput.append({"name": config, "label": label, "processes": procs, **r})
     schedules = [measure_schedule(args, kind, name, v) for kind, name, v in SCHEDULES]

@@ -97,7 +97,7 @@ std::vector<std::string> draw_pipeline_figures(const std::string& runs_dir, cons
                           {field(r, "tokens_per_s", path).get<double>(), r.value("tokens_per_s_std", 0.0), 1}});
   const std::string throughput = out_dir + "/" + kPipelineThroughputFile;
   PngOptions bars = png;
-  bars.width = 1100;
+  bars.width = 1300;
   bars.height = 620;
   draw_bar_chart(throughput, chart, bars);
   return {timelines, throughput};
