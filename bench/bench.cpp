@@ -168,6 +168,7 @@ json run_one(const Options& o, int rank, int world) {
           {"seconds", t.total_s},
           {"step_time_s", mean(t.step_s)},
           {"step_time_min_s", min_step},
+          {"step_times_s", t.step_s},  // every timed step (the spread of tokens/s)
           {"comm_time_s", mean(t.comm_s)},
           {"peak_rss_mb", peak_rss_mb()},
           {"n_params", kit::count_parameters(*model)},

@@ -4,12 +4,14 @@
 //   ./build/plot_figures --dp-single runs/dp_w1 --dp-multi runs/dp_w2 --model-parallel runs/mp.json
 //                        --pipeline runs/pp.json --single runs/train.json --out submit_figures
 //   ./build/plot_figures schedule 4x3 -o handout/figures/schedule_4x3.png
+//   ./build/plot_figures --pipeline-runs runs/pipeline_training --out submit_figures   # Problem 3 only
 #include <CLI/CLI.hpp>
 #include <iostream>
 
 #include "figures.h"
 #include "kit/errors.h"
 #include "make_figures.h"
+#include "pipeline_figures.h"
 
 namespace {
 
@@ -55,6 +57,10 @@ int main(int argc, char** argv) {
   app.add_option("--schedule", schedule,
                  "Size of the schedule picture, MxN: M micro-batches on N stages (default: the --pipeline run's, "
                  "else 4x3)");
+  std::string pipeline_runs;
+  app.add_option("--pipeline-runs", pipeline_runs,
+                 "Draw only the pipeline-schedule figures (pp_schedule_timelines.png, pp_schedule_throughput.png) "
+                 "from DIR/summary.json of bench/pipeline_schedules.py");
   app.add_option("--gnuplot", o.png.gnuplot, "The gnuplot program to run")->capture_default_str();
 
   std::string schedule_size = "4x3", schedule_out;
@@ -70,6 +76,11 @@ int main(int argc, char** argv) {
   }
   try {
     if (*only_schedule) return draw_schedule_only(schedule_size, schedule_out, o.png);
+    if (!pipeline_runs.empty()) {
+      for (const auto& f : kit::plots::draw_pipeline_figures(pipeline_runs, o.out_dir, o.png))
+        std::cout << "wrote " << f << "\n";
+      return 0;
+    }
     o.dp_single.given = app.count("--dp-single") > 0;
     o.dp_multi.given = app.count("--dp-multi") > 0;
     o.model_parallel.given = app.count("--model-parallel") > 0;

@@ -30,4 +30,10 @@ struct TimelinePicture {
 // picture would be unreadably large (more than 64 ranks).
 void draw_timeline(const std::string& png_path, const TimelinePicture& picture, PngOptions png = {});
 
+// Several timelines stacked in one PNG, one panel each (top to bottom), on one common
+// time axis so that their lengths compare at a glance: e.g. each schedule simulated and
+// measured. Each panel's title is its heading; `title` heads the whole picture.
+void draw_timeline_panels(const std::string& png_path, const std::string& title,
+                          const std::vector<TimelinePicture>& panels, PngOptions png = {});
+
 }  // namespace kit::plots

@@ -18,9 +18,20 @@
 // labels = tokens[:, 1:], mask all ones. Every rank builds the whole model from --seed
 // (kit::build_model) and keeps its chunks; one AdamW step per batch over its chunks.
 //
+// Timing: the first --warmup of the --steps batches are not timed; tokens/s and
+// "timed_step_seconds" are over the others. --memory counts the bytes of CPU tensors
+// (kit/memory.h) and reports, per rank and over the timed batches (with --warmup 0 the
+// first batch's gradient buffers count too), what a batch kept alive beyond what was held
+// when it started: "peak_bytes" (the peak during the batch, transients included) and
+// "kept_bytes" (the most held between two actions: the activations kept for backward and
+// the messages still in flight). On CUDA these are "not measured".
+//
 // Outputs: --out metrics JSON per rank ({rank}, {world} replaced); --timeline this rank's
 // measured timeline of the last batch (simulate.h's timeline_to_json format with only this
-// rank's row filled, plus "rank"); --save DIR (tests): DIR/rank<r>.pt, a torch::pickle_save
+// rank's row filled, plus "rank", "memory" and "steps": every timed batch's actions as
+// [op (0 = F, 1 = B), micro-batch, chunk, stage, start, end, recv] rows, start and end
+// in seconds since "clock_origin", the batch's start on the machine's steady clock, which
+// all processes of one machine share: add it to compare ranks); --save DIR (tests): DIR/rank<r>.pt, a torch::pickle_save
 // dict with "grad/<name>" after the first batch (tied wte gradients already summed),
 // "param/<name>" after --steps AdamW steps, "loss/step<k>" on the last stage's rank,
 // "timeline" ((actions, 6) float64 rows op (0 = F, 1 = B), micro-batch, chunk, stage, start,
@@ -35,6 +46,7 @@
 
 #include "dist/dist.h"
 #include "dist/launch.h"
+#include "kit/memory.h"
 #include "pipeline_training/executor.h"
 #include "pipeline_training/p2p.h"
 #include "pipeline_training/schedules.h"
@@ -56,6 +68,8 @@ struct PpOptions {
   int64_t n_layer = 0;       // 0: the preset's
   int64_t vocab = 1000;
   int64_t steps = 10;
+  int64_t warmup = -1;  // -1: 1, or 0 when there is a single step
+  bool memory = false;
   std::string backend = "gloo";
   int port = 0;
   std::string save, timeline, schedule_file;
@@ -117,6 +131,9 @@ pp::Schedules checked_schedules(const PpOptions& o, int world_size) {
   const pp::PipelineShape shape = shape_of(o, world_size);
   if (world_size < 1) throw kit::Error("--world-size must be at least 1 (got " + std::to_string(world_size) + ")");
   if (o.steps < 1) throw kit::Error("--steps must be at least 1 (got " + std::to_string(o.steps) + ")");
+  if (o.warmup >= o.steps || o.warmup < -1)
+    throw kit::Error("--warmup " + std::to_string(o.warmup) + " must be at least 0 and below --steps " +
+                     std::to_string(o.steps) + ": at least one batch must be timed");
   if (o.run.train.batch_size < 1 || o.run.data.seq_len < 1 || o.vocab < 2)
     throw kit::Error("--batch-size and --seq-len must be positive and --vocab-size at least 2");
   if (o.microbatches < 1 || o.run.train.batch_size % o.microbatches != 0)
@@ -193,6 +210,28 @@ torch::Tensor timeline_tensor(const std::vector<pp::ActionTime>& t) {
   return out;
 }
 
+// One timed batch of this rank: its clock origin and one row per action.
+nlohmann::json step_json(const pp::BatchResult& r, int64_t step) {
+  nlohmann::json rows = nlohmann::json::array();
+  for (const auto& a : r.timeline)
+    rows.push_back({a.action.op == pp::Op::Forward ? 0 : 1, a.action.microbatch, a.action.chunk, a.stage, a.start,
+                    a.end, a.recv});
+  return {{"step", step}, {"clock_origin", r.clock_origin}, {"actions", rows}};
+}
+
+// What one batch kept alive on this rank, in bytes beyond what was held when it started.
+struct BatchMemory {
+  int64_t peak = 0, kept = 0;
+};
+
+nlohmann::json memory_json(bool counted, const torch::Device& device, const BatchMemory& m) {
+  if (!counted) return {{"measured", false}, {"why", "run without --memory"}};
+  if (!device.is_cpu())
+    return {{"measured", false},
+            {"why", "not measured: kit::memory counts CPU tensors only, and this rank computes on " + device.str()}};
+  return {{"measured", true}, {"peak_bytes", m.peak}, {"kept_bytes", m.kept}};
+}
+
 nlohmann::json timeline_json(const std::vector<pp::ActionTime>& t, const pp::PipelineShape& shape, int rank,
                              int64_t peak_kept) {
   pp::Timeline tl;
@@ -216,6 +255,8 @@ nlohmann::json timeline_json(const std::vector<pp::ActionTime>& t, const pp::Pip
 int worker_main(const PpOptions& o, int rank, int W, const std::string& launcher) {
   const pp::Schedules schedules = checked_schedules(o, W);
   const pp::PipelineShape shape = shape_of(o, W);
+  // Before any tensor: buffers allocated earlier are never counted.
+  if (o.memory && (o.backend == "gloo" || W == 1)) kit::memory::enable_cpu_counting();
   if (W > 1) kit::dist::init_process_group(o.backend, rank, W);
   kit::set_threads(o.run.train.threads);
   const torch::Device device = W > 1 ? kit::dist::device() : torch::Device(torch::kCPU);
@@ -258,14 +299,43 @@ int worker_main(const PpOptions& o, int rank, int W, const std::string& launcher
   c10::Dict<std::string, torch::Tensor> saved;
   std::vector<double> losses, step_seconds;
   std::vector<pp::ActionTime> last_timeline;
+  nlohmann::json timed_steps = nlohmann::json::array();
   int64_t peak_kept = 0;
-  const auto t_all = std::chrono::steady_clock::now();
+  const int64_t warmup = o.warmup >= 0 ? o.warmup : std::min<int64_t>(1, o.steps - 1);
+  BatchMemory memory;  // the largest over the batches
+  const bool count_memory = o.memory && device.is_cpu();
+  int64_t batch_base = 0;  // bytes held when the batch started
+  // Sampled before each action, i.e. after the previous one: what the schedule keeps, not
+  // the transients inside one forward or backward.
+  auto sample_kept = [&] {
+    memory.kept = std::max(memory.kept, kit::memory::cpu_bytes_now() - batch_base);
+  };
+  auto t_timed = std::chrono::steady_clock::now();
   for (int64_t k = 0; k < o.steps; ++k) {
+    if (k == warmup) t_timed = std::chrono::steady_clock::now();
     const auto t0 = std::chrono::steady_clock::now();
-    optimizer.zero_grad();
+    // Counting memory: zero the gradients in place (what LibTorch 1.13's zero_grad() does;
+    // 2.x frees them), so that re-allocating them is not counted as memory a batch keeps.
+    if (count_memory)
+      for (auto& p : params)
+        if (p.grad().defined()) p.mutable_grad().zero_();
+    if (!count_memory) optimizer.zero_grad();
     const Batch& b = batches[static_cast<size_t>(k)];
     const auto micro = pp::split_batch(b.idx.to(device), b.labels.to(device), b.mask.to(device), o.microbatches);
-    pp::BatchResult r = executor.run(schedules[static_cast<size_t>(rank)], micro, k == 0 ? on_action : nullptr);
+    std::function<void(size_t, const pp::Action&)> before = k == 0 ? on_action : nullptr;
+    // Timed batches only: the first one also allocates the gradients.
+    const bool measure = count_memory && k >= warmup;
+    if (measure) {
+      batch_base = kit::memory::cpu_bytes_now();
+      kit::memory::reset_cpu_peak();
+      before = [&, inner = before](size_t i, const pp::Action& a) {
+        sample_kept();
+        if (inner) inner(i, a);
+      };
+    }
+    pp::BatchResult r = executor.run(schedules[static_cast<size_t>(rank)], micro, before);
+    if (measure) memory.peak = std::max(memory.peak, kit::memory::cpu_bytes_peak() - batch_base);
+    if (k >= warmup) timed_steps.push_back(step_json(r, k));
     pp::sum_tied_gradients(chunks, shape, rank);
     if (k == 0 && !o.save.empty()) {
       for (const auto& c : chunks)
@@ -283,7 +353,7 @@ int worker_main(const PpOptions& o, int rank, int W, const std::string& launcher
     last_timeline = r.timeline;
     peak_kept = std::max(peak_kept, r.peak_kept);
   }
-  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_all).count();
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_timed).count();
 
   if (!o.save.empty()) {
     for (const auto& c : chunks)
@@ -295,21 +365,29 @@ int worker_main(const PpOptions& o, int rank, int W, const std::string& launcher
   if (!o.timeline.empty()) {
     std::filesystem::path path(metrics_path(o.timeline, rank, W));
     if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path());
-    std::ofstream(path) << timeline_json(last_timeline, shape, rank, peak_kept).dump(1) << "\n";
+    nlohmann::json j = timeline_json(last_timeline, shape, rank, peak_kept);
+    j["memory"] = memory_json(o.memory, device, memory);
+    j["steps"] = timed_steps;
+    std::ofstream(path) << j.dump(1) << "\n";
   }
   if (!o.run.out.empty()) {
-    const int64_t tokens = o.steps * o.run.train.batch_size * o.run.data.seq_len;
+    const int64_t tokens = (o.steps - warmup) * o.run.train.batch_size * o.run.data.seq_len;
+    const std::vector<double> timed(step_seconds.begin() + warmup, step_seconds.end());
     nlohmann::json m = {{"program", "run_pipeline_training"}, {"schedule", o.schedule}, {"preset", o.run.preset},
                         {"n_layer", config_of(o).n_layer},    {"world_size", W},        {"rank", rank},
                         {"backend", o.backend},               {"launcher", launcher},   {"microbatches", o.microbatches},
                         {"virtual_chunks", o.virtual_chunks}, {"stages", shape.stages()},
                         {"batch_size", o.run.train.batch_size}, {"seq_len", o.run.data.seq_len},
                         {"steps", o.steps},                   {"lr", o.run.train.lr},   {"threads", o.run.train.threads},
-                        {"step_seconds", step_seconds},       {"training_time", wall},
+                        {"step_seconds", step_seconds},       {"warmup", warmup},
+                        {"timed_step_seconds", timed},        {"training_time", wall},
                         // Every token of the batch passes through every rank: do not sum over ranks.
+                        // Timed steps only (after --warmup).
                         {"tokens_per_sec", wall > 0 ? static_cast<double>(tokens) / wall : 0.0},
                         {"peak_kept", peak_kept},             {"messages_sent", p2p.messages_sent()},
-                        {"messages_received", p2p.messages_received()}};
+                        {"messages_received", p2p.messages_received()},
+                        {"recv_seconds", p2p.recv_seconds()},
+                        {"memory", memory_json(o.memory, device, memory)}};
     if (holds_loss) m["losses"] = losses;
     const std::filesystem::path path(metrics_path(o.run.out, rank, W));
     if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path());
@@ -369,6 +447,10 @@ int main(int argc, char** argv) {
   app.add_option("--seq-len", o.run.data.seq_len, "Tokens per row")->capture_default_str();
   app.add_option("--vocab-size", o.vocab, "Vocabulary of the synthetic tokens")->capture_default_str();
   app.add_option("--steps", o.steps, "Batches, one AdamW step each")->capture_default_str();
+  app.add_option("--warmup", o.warmup, "The first W of the --steps batches are not timed (default 1; 0 when "
+                                       "--steps is 1)");
+  app.add_flag("--memory", o.memory, "Count CPU tensor bytes (kit/memory.h) and report what each batch kept alive "
+                                     "per rank (metrics and --timeline JSON)");
   app.add_option("--lr,--learning-rate", o.run.train.lr, "AdamW learning rate")->capture_default_str();
   app.add_option("--seed", o.run.train.seed, "Seed of the model, the synthetic batches and dropout")
       ->capture_default_str();

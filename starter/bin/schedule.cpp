@@ -8,6 +8,7 @@
 //   ./build/schedule -m 8 -n 4 --json
 //   ./build/schedule --kind 1f1b -p 4 -m 8
 //   ./build/schedule --kind interleaved -p 4 -m 8 -v 2 --png interleaved.png
+//   ./build/schedule --kind 1f1b -p 2 -m 8 --forward-per-stage 0.02,0.03 --backward-per-stage 0.04,0.06 --json
 //   ./build/schedule --timeline-json measured.json --png measured.png
 #include <CLI/CLI.hpp>
 #include <cstdio>
@@ -121,12 +122,19 @@ int main(int argc, char** argv) {
                                "--kind; one chunk's action costs this / v)")->capture_default_str();
   auto* b_opt = app.add_option("--backward", costs.backward, "Same for the backward (with --kind)")->capture_default_str();
   auto* c_opt = app.add_option("--comm", costs.comm, "Time of one message between ranks (with --kind)")->capture_default_str();
+  auto* fs_opt = app.add_option("--forward-per-stage", costs.forward_per_stage,
+                                "Measured F time of each virtual stage, comma-separated, one per stage (v * p; "
+                                "replaces --forward)")
+                     ->delimiter(',');
+  auto* bs_opt = app.add_option("--backward-per-stage", costs.backward_per_stage,
+                                "Same for B (replaces --backward)")
+                     ->delimiter(',');
   auto* png_opt = app.add_option("--png", png, "Also draw the timeline into this PNG file (with --kind or --timeline-json)");
   auto* tj_opt = app.add_option("--timeline-json", timeline_json,
                                 "Show a timeline saved as JSON (the --kind --json format, or a measured one) instead");
   return kit::guarded_main(argc, argv, app, [&] {
     if (!timeline_json.empty()) {
-      for (auto* o : {kind_opt, p_opt, v_opt, f_opt, b_opt, c_opt, n_opt})
+      for (auto* o : {kind_opt, p_opt, v_opt, f_opt, b_opt, c_opt, fs_opt, bs_opt, n_opt})
         if (o->count() > 0) throw kit::Error(o->get_name() + " does not apply to --timeline-json: the file has the timeline");
       const kit::pp::Timeline t = read_timeline(timeline_json);
       const std::string heading = timeline_json + ": p = " + std::to_string(t.shape.ranks) + ", m = " +
@@ -135,7 +143,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (kind.empty()) {
-      for (auto* o : {p_opt, v_opt, f_opt, b_opt, c_opt, png_opt})
+      for (auto* o : {p_opt, v_opt, f_opt, b_opt, c_opt, fs_opt, bs_opt, png_opt})
         if (o->count() > 0)
           throw kit::Error(o->get_name() + " needs --kind gpipe|1f1b|interleaved (without --kind this prints "
                            "Assignment 1's clock-cycle table of -m and -n)");
@@ -147,7 +155,10 @@ int main(int argc, char** argv) {
     const kit::pp::PipelineShape shape{p, m, v};
     const kit::pp::Timeline t = kit::pp::simulate(kit::pp::make_schedule(k, shape), shape, costs);
     char c[160];
-    std::snprintf(c, sizeof c, "F = %g, B = %g, comm = %g", costs.forward, costs.backward, costs.comm);
+    if (costs.forward_per_stage.empty() && costs.backward_per_stage.empty())
+      std::snprintf(c, sizeof c, "F = %g, B = %g, comm = %g", costs.forward, costs.backward, costs.comm);
+    else
+      std::snprintf(c, sizeof c, "per-stage F and B, comm = %g", costs.comm);
     const std::string heading = kit::pp::to_string(k) + " schedule: p = " + std::to_string(p) + " ranks, m = " +
                                 std::to_string(m) + " micro-batches, v = " + std::to_string(v) + " chunk" +
                                 (v == 1 ? "" : "s") + " per rank (" + c + ")";

@@ -46,6 +46,7 @@ BatchResult Executor::run(const RankSchedule& schedule, const std::vector<MicroB
   peak_kept_ = 0;
   BatchResult result;
   const auto t0 = std::chrono::steady_clock::now();
+  result.clock_origin = std::chrono::duration<double>(t0.time_since_epoch()).count();
   auto since_start = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
   for (size_t k = 0; k < schedule.size(); ++k) {
     const Action& a = schedule[k];
@@ -57,12 +58,14 @@ BatchResult Executor::run(const RankSchedule& schedule, const std::vector<MicroB
     ActionTime t;
     t.action = a;
     t.stage = stage_of(a);
+    const double recv_before = p2p_.recv_seconds();
     t.start = since_start();
     if (a.op == Op::Forward)
       forward_step(a);
     else
       backward_step(a);
     t.end = since_start();
+    t.recv = p2p_.recv_seconds() - recv_before;
     result.timeline.push_back(t);
     peak_kept_ = std::max<int64_t>(peak_kept_, static_cast<int64_t>(kept_.size()));
   }

@@ -44,12 +44,16 @@ struct ActionTime {
   Action action;
   int64_t stage = 0;
   double start = 0, end = 0;
+  double recv = 0;  // of end - start, the seconds spent in P2P receives (waiting + transfer)
 };
 
 struct BatchResult {
   double loss = 0;                   // the batch loss (last stage's rank only; 0 elsewhere)
   std::vector<ActionTime> timeline;  // this rank's actions, in order
   int64_t peak_kept = 0;             // most (micro-batch, chunk) entries kept at once
+  // steady_clock time (seconds since its epoch) when the batch started: the timelines'
+  // zero. One clock for all processes of a machine, so ranks' timelines can be aligned.
+  double clock_origin = 0;
 };
 
 class Executor {

@@ -25,6 +25,7 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <chrono>
 #include <limits>
 #include <sstream>
 #include <utility>
@@ -196,7 +197,9 @@ void P2P::send_activation(const torch::Tensor& t, int64_t to_stage, int64_t micr
 }
 
 torch::Tensor P2P::recv_activation(int64_t from_stage, int64_t microbatch, const std::vector<int64_t>& shape) {
+  const auto t0 = std::chrono::steady_clock::now();
   auto t = impl_->recv(Activation, from_stage, microbatch, shape);
+  recv_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   ++received_;
   return t;
 }
@@ -207,7 +210,9 @@ void P2P::send_gradient(const torch::Tensor& t, int64_t to_stage, int64_t microb
 }
 
 torch::Tensor P2P::recv_gradient(int64_t from_stage, int64_t microbatch, const std::vector<int64_t>& shape) {
+  const auto t0 = std::chrono::steady_clock::now();
   auto t = impl_->recv(Gradient, from_stage, microbatch, shape);
+  recv_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   ++received_;
   return t;
 }

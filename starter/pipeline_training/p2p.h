@@ -38,11 +38,15 @@ class P2P {
 
   int64_t messages_sent() const { return sent_; }
   int64_t messages_received() const { return received_; }
+  // Seconds spent inside recv_* so far: waiting for the neighbour plus the transfer
+  // (the benchmark subtracts it from an action's time to get its compute time).
+  double recv_seconds() const { return recv_seconds_; }
 
  private:
   struct Impl;
   Impl* impl_;
   int64_t sent_ = 0, received_ = 0;
+  double recv_seconds_ = 0;
 };
 
 // NCCL matches the messages between two ranks in the order they were issued, not by tag.

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# The pipeline-schedule job (Problem 3): install what is missing, build, measure one process,
+# Assignment 1's model-parallel and Pipe runs and the three schedules across two processes
+# (bench/pipeline_schedules.py), then draw the two figures.
+#   scripts/pipeline_job.sh                          # cpu-small, batch 32 x 128, m = 8: a few minutes on 2 cores
+#   STEPS=10 scripts/pipeline_job.sh                 # more timed steps
+#   PIPELINE_ARGS="--preset cpu-base" scripts/pipeline_job.sh
+# Figures land in submit_figures/ (pp_schedule_timelines.png, pp_schedule_throughput.png);
+# the runs, summary.json and summary.md in runs/pipeline_training/.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD=${BUILD:-build}
+STEPS=${STEPS:-5}
+WARMUP=${WARMUP:-2}
+OUT=${OUT:-runs/pipeline_training}
+step() { printf '\n== [%s] %s\n' "$(date +%H:%M:%S)" "$*"; }
+start=$(date +%s)
+
+step "1/4 packages"
+scripts/install_deps.sh
+SOLUTION=$([ -d solution ] && echo ON || echo OFF)
+step "2/4 build (KIT_SOLUTION=$SOLUTION)"
+cmake -S . -B "$BUILD" -DKIT_SOLUTION="$SOLUTION" -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build "$BUILD" -j "$(nproc)" --target bench run_pipeline_training schedule plot_figures
+
+step "3/4 measure: single, model parallel, Pipe, GPipe, 1F1B, interleaved"
+rm -rf "$OUT"
+# shellcheck disable=SC2086  # PIPELINE_ARGS is a list of flags
+python3 bench/pipeline_schedules.py --build "$BUILD" --steps "$STEPS" --warmup "$WARMUP" --out "$OUT" ${PIPELINE_ARGS:-}
+
+step "4/4 figures"
+"$BUILD/plot_figures" --pipeline-runs "$OUT" --out submit_figures
+echo "figures: submit_figures/pp_schedule_*.png   runs: $OUT/   total $(( $(date +%s) - start )) s"
