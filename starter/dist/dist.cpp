@@ -296,6 +296,11 @@ struct Work::Impl {
   }
 };
 
+bool Work::completed() const {
+  if (!impl_) throw Error("dist::Work::completed on a Work that was never started (or already waited for)");
+  return impl_->work->isCompleted();
+}
+
 void Work::wait() {
   if (!impl_) throw Error("dist::Work::wait on a Work that was never started (or already waited for)");
   auto impl = std::move(impl_);  // waited for once

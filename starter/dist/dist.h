@@ -71,6 +71,9 @@ class Work {
  public:
   Work() = default;
   void wait();
+  // True once the operation has finished (or failed): wait() then returns at once (or throws).
+  // Never blocks, so a caller can let go of finished sends' buffers as it goes.
+  bool completed() const;
   bool started() const { return impl_ != nullptr; }
   struct Impl;
 

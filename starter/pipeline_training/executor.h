@@ -15,7 +15,7 @@
 //
 // Parameters' gradients accumulate over the m micro-batches; the caller then sums the
 // tied embedding/head gradient between the first and last stage and takes one optimizer
-// step. Sends return at once (their buffers are kept until finish()), receives wait, with
+// step. Sends return at once (a buffer is kept until its send is done), receives wait, with
 // the dist layer's timeout: a rank never hangs on a neighbour that is gone.
 #pragma once
 #include <torch/types.h>

@@ -17,7 +17,8 @@
 // batch_isend_irecv does, so the run also relies on NCCL completing a send whose receive
 // is queued behind the receiver's own send; Gloo has no such limitation.)
 //
-// Sends are asynchronous and keep their buffer until finish(); receives block, with the
+// Sends are asynchronous and keep their buffer until they are done (checked at each send and
+// receive; finish() waits for the rest); receives block, with the
 // dist layer's timeout, and a failure names this rank, the stage, the micro-batch and the
 // peer. Between two stages of one rank (p = 1) a message is a tensor in a map.
 #include "pipeline_training/p2p.h"
@@ -112,6 +113,24 @@ struct P2P::Impl {
     p.what = describe(kind, microbatch, from_stage, to_stage) + " (rank " + std::to_string(dst) + ")";
     p.work = dist::send_async(p.buffer, static_cast<int>(dst), tag(kind, microbatch, to_stage));
     sends.push_back(std::move(p));
+    release_finished_sends();
+  }
+
+  // Lets go of the buffers of sends that have finished, so a stage holds only what is still
+  // on its way (else a rank would keep every output it sent until the end of the batch,
+  // and 1F1B's memory would grow with m after all). A failed send is reported here.
+  void release_finished_sends() {
+    auto done = std::stable_partition(sends.begin(), sends.end(), [](Pending& p) { return !p.work.completed(); });
+    for (auto it = done; it != sends.end(); ++it) wait_for(*it);
+    sends.erase(done, sends.end());
+  }
+
+  void wait_for(Pending& p) {
+    try {
+      p.work.wait();
+    } catch (const dist::CommError& e) {
+      throw dist::CommError(who() + ": " + p.what + " was never received:\n  " + e.what());
+    }
   }
 
   torch::Tensor recv(int64_t kind, int64_t from_stage, int64_t microbatch, const std::vector<int64_t>& shape_) {
@@ -137,6 +156,7 @@ struct P2P::Impl {
     torch::Tensor buffer = torch::empty(shape_, options);
     try {
       dist::recv_async(buffer, static_cast<int>(src), tag(kind, microbatch, to_stage)).wait();
+      release_finished_sends();
     } catch (const dist::CommError& e) {
       throw dist::CommError(who() + " (stage " + std::to_string(to_stage) + ") waited for " +
                             describe(kind, microbatch, from_stage, to_stage) + " on rank " + std::to_string(src) +
@@ -148,13 +168,7 @@ struct P2P::Impl {
   void finish() {
     std::vector<Pending> pending = std::move(sends);
     sends.clear();
-    for (auto& p : pending) {
-      try {
-        p.work.wait();
-      } catch (const dist::CommError& e) {
-        throw dist::CommError(who() + ": " + p.what + " was never received:\n  " + e.what());
-      }
-    }
+    for (auto& p : pending) wait_for(p);
     if (!local.empty()) {
       const auto [kind, microbatch, to_stage] = local.begin()->first;  // a copy: cleared below
       const int64_t n = static_cast<int64_t>(local.size());

@@ -4,7 +4,8 @@
 // Each message is tagged with (kind, micro-batch, destination stage), so a receive can only
 // ever match the message it asked for, whatever order the neighbour sent them in (Gloo
 // matches on tags; NCCL ignores tags and matches in order, see p2p.cpp). Sends are
-// asynchronous: send_* returns at once and finish() waits for all of them, so two
+// asynchronous: send_* returns at once, a finished send lets go of its buffer at the next
+// send or receive, and finish() waits for the rest, so two
 // neighbours that send to each other at the same time (1F1B's steady state) never block
 // each other. Receives block, with the dist layer's timeout (KIT_DIST_TIMEOUT).
 // A message between two stages of the same rank (p = 1) is handed over in memory.
