@@ -13,8 +13,12 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+
 #include <atomic>
 #include <cstdlib>
+#include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <sstream>
@@ -30,6 +34,10 @@ namespace {
 struct Group {
   c10::intrusive_ptr<c10d::Store> store;
   c10::intrusive_ptr<compat::C10dBackend> backend;
+  // Makes one more backend of the same kind over the same ranks, on a store (channels).
+  std::function<c10::intrusive_ptr<compat::C10dBackend>(const c10::intrusive_ptr<c10d::Store>&)> make_backend;
+  std::vector<c10::intrusive_ptr<compat::C10dBackend>> channels;  // channel k is channels[k - 1]
+  std::map<std::string, int> channel_ids;
   std::string backend_name;
   int rank = 0;
   int world_size = 1;
@@ -209,8 +217,12 @@ void init_process_group(const std::string& backend, int rank, int world_size, co
       opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
     else
       opts->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+    g->make_backend = [rank, world_size, opts](const c10::intrusive_ptr<c10d::Store>& store) {
+      return c10::intrusive_ptr<compat::C10dBackend>(
+          c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, world_size, opts));
+    };
     try {
-      g->backend = c10::make_intrusive<c10d::ProcessGroupGloo>(g->store, rank, world_size, opts);
+      g->backend = g->make_backend(g->store);
     } catch (const std::exception& e) {
       throw Error("rank " + std::to_string(rank) + ": the Gloo backend could not connect to the other ranks: " +
                   first_line(e.what()) + "\n  Fix: make sure all " + std::to_string(world_size) +
@@ -237,7 +249,11 @@ void init_process_group(const std::string& backend, int rank, int world_size, co
     g->store = connect_store(master_addr, master_port, rank, world_size, g->timeout);
     auto opts = c10d::ProcessGroupNCCL::Options::create();
     opts->timeout = g->timeout;
-    g->backend = c10::make_intrusive<c10d::ProcessGroupNCCL>(g->store, rank, world_size, opts);
+    g->make_backend = [rank, world_size, opts](const c10::intrusive_ptr<c10d::Store>& store) {
+      return c10::intrusive_ptr<compat::C10dBackend>(
+          c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, world_size, opts));
+    };
+    g->backend = g->make_backend(g->store);
 #else
     throw Error("this build of the kit has no NCCL backend (LibTorch without CUDA, or nccl.h not found at "
                 "configure time): use --backend gloo. Available: " + known);
@@ -266,13 +282,17 @@ struct Work::Impl {
   // Issues one c10d operation on `contiguous` and wraps its handle (c10d returns the same
   // Work type for all-reduce, send and recv). A failure to even start is a CommError.
   template <class Issue>
-  static Work start(const torch::Tensor& contiguous, const char* what, Issue&& issue) {
+  static Work start(const torch::Tensor& contiguous, const char* what, Issue&& issue, int channel = 0) {
     Group& g = group(what);
+    if (channel < 0 || channel > static_cast<int>(g.channels.size()))
+      throw Error(std::string("dist::") + what + ": channel " + std::to_string(channel) +
+                  " was never opened (dist::open_channel returns the numbers that exist)");
+    compat::C10dBackend& backend = channel == 0 ? *g.backend : *g.channels[static_cast<size_t>(channel - 1)];
     auto impl = std::make_shared<Impl>();
     impl->tensors = {contiguous};
     impl->what = what;
     try {
-      impl->work = issue(*g.backend, impl->tensors);
+      impl->work = issue(backend, impl->tensors);
     } catch (const Error&) {
       throw;
     } catch (const std::exception& e) {
@@ -387,24 +407,45 @@ void check_contiguous(const torch::Tensor& t, const char* what) {
 }
 }  // namespace
 
-Work send_async(const torch::Tensor& tensor, int dst, int tag) {
+Work send_async(const torch::Tensor& tensor, int dst, int tag, int channel) {
   check_tensor(tensor, "send_async");
   check_contiguous(tensor, "send_async");
   check_peer(dst, "send_async", "destination");
   c_send_bytes += nbytes(tensor);
   return Work::Impl::start(tensor, "send_async", [&](compat::C10dBackend& b, std::vector<torch::Tensor>& v) {
     return b.send(v, dst, tag);
-  });
+  }, channel);
 }
 
-Work recv_async(const torch::Tensor& tensor, int src, int tag) {
+Work recv_async(const torch::Tensor& tensor, int src, int tag, int channel) {
   check_tensor(tensor, "recv_async");
   check_contiguous(tensor, "recv_async");
   check_peer(src, "recv_async", "source");
   c_recv_bytes += nbytes(tensor);
   return Work::Impl::start(tensor, "recv_async", [&](compat::C10dBackend& b, std::vector<torch::Tensor>& v) {
     return b.recv(v, src, tag);
-  });
+  }, channel);
+}
+
+int open_channel(const std::string& name) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  Group& g = group("open_channel");
+  if (name.empty()) throw Error("dist::open_channel: give the channel a name (every rank the same)");
+  const auto it = g.channel_ids.find(name);
+  if (it != g.channel_ids.end()) return it->second;
+  // Its own key space on the same store, so its rendezvous keys never meet the world's.
+  auto store = c10::make_intrusive<c10d::PrefixStore>("kit-channel/" + name + "/", g.store);
+  try {
+    g.channels.push_back(g.make_backend(store));
+  } catch (const std::exception& e) {
+    throw CommError("rank " + std::to_string(g.rank) + ": dist::open_channel(\"" + name +
+                    "\") failed: " + first_line(e.what()) +
+                    "\n  Every rank must open the same channels in the same order; the others did not within " +
+                    seconds(g.timeout) + " (KIT_DIST_TIMEOUT).");
+  }
+  const int id = static_cast<int>(g.channels.size());
+  g.channel_ids[name] = id;
+  return id;
 }
 
 void destroy_process_group() {
@@ -420,6 +461,7 @@ void destroy_process_group() {
     // A peer is already gone: nothing left to wait for.
   }
   g_group = nullptr;
+  g->channels.clear();
   g->backend.reset();
   g->store.reset();
 }

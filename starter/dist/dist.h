@@ -97,8 +97,18 @@ void recv(const torch::Tensor& tensor, int src, int tag = 0);
 // for each other forever; with send_async both go on to their receives. Gloo matches a
 // receive to a send by (source, tag); NCCL ignores the tag and matches in call order per
 // pair of ranks. The tensor must be contiguous and must not be touched until wait().
-Work send_async(const torch::Tensor& tensor, int dst, int tag = 0);
-Work recv_async(const torch::Tensor& tensor, int src, int tag = 0);
+// channel: 0 is the world's group; others come from open_channel.
+Work send_async(const torch::Tensor& tensor, int dst, int tag = 0, int channel = 0);
+Work recv_async(const torch::Tensor& tensor, int src, int tag = 0, int channel = 0);
+
+// A channel is one more process group over the same ranks, for point-to-point messages
+// that must not queue behind other traffic. NCCL runs the operations between two ranks in
+// order, on one stream per process group, and a send waits for its receive: two neighbours
+// that send to each other at the same moment in one group can block each other (unless
+// the messages fit NCCL's buffers), which is why Megatron groups such pairs. Traffic that
+// flows one way only in a channel of its own cannot. Collective: every rank opens the same
+// channels in the same order; opening a name again returns the same number (>= 1).
+int open_channel(const std::string& name);
 
 // Copies rank src's parameters and buffers into every rank's model, so all ranks start
 // from the same weights whatever their random state. Counted as broadcasts.

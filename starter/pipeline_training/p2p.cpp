@@ -12,10 +12,15 @@
 // check_in_order_delivery() checks it from the schedule before a run (run_pipeline_training
 // calls it when the backend is nccl). GPipe, 1F1B and interleaved 1F1B all satisfy it: a
 // stage forwards micro-batches in the order its successor forwards them, and backwards
-// them in the order its predecessor backwards them. (One more NCCL caveat: c10d issues a
-// pair's sends and receives on one CUDA stream and does not group them as Megatron's
-// batch_isend_irecv does, so the run also relies on NCCL completing a send whose receive
-// is queued behind the receiver's own send; Gloo has no such limitation.)
+// them in the order its predecessor backwards them.
+//
+// Channels. NCCL also runs a pair's operations in order on one stream per process group,
+// and a send waits for its receive: rank r sending an activation up while rank r+1 sends a
+// gradient down (1F1B's steady state) would each wait for a receive queued behind the
+// other's send. Megatron groups such pairs (batch_isend_irecv); here each kind of message
+// and direction has a process group of its own (dist::open_channel), in which traffic
+// flows one way only, so no send ever waits behind a send going the other way. Gloo does
+// not need them, but uses them too, so that the tests run this very code.
 //
 // Sends are asynchronous and keep their buffer until they are done (checked at each send and
 // receive; finish() waits for the rest); receives block, with the
@@ -71,6 +76,21 @@ struct P2P::Impl {
   // Messages between stages of this rank: (kind, micro-batch, destination stage) -> data.
   std::map<std::tuple<int64_t, int64_t, int64_t>, torch::Tensor> local;
 
+  // Four channels (dist::open_channel), one per kind of message and direction between two
+  // ranks, so each carries traffic one way only: with NCCL, which runs a pair's operations
+  // in order on one stream per group, an activation going up can never wait behind a
+  // gradient coming down (1F1B's steady state), nor a wrapped-around interleaved
+  // activation behind one going the other way. channel[kind][up] (up: to a higher rank).
+  int channel[2][2] = {{0, 0}, {0, 0}};
+
+  void open_channels() {
+    for (int kind = 0; kind < 2; ++kind)
+      for (int up = 0; up < 2; ++up)
+        channel[kind][up] = dist::open_channel(std::string("pp-") + kind_name(kind) + (up ? "-up" : "-down"));
+  }
+  int channel_to(int64_t kind, int64_t peer) const { return channel[kind][peer > rank ? 1 : 0]; }
+  int channel_from(int64_t kind, int64_t peer) const { return channel[kind][rank > peer ? 1 : 0]; }
+
   std::string who() const { return "rank " + std::to_string(rank); }
 
   int tag(int64_t kind, int64_t microbatch, int64_t to_stage) const {
@@ -111,7 +131,7 @@ struct P2P::Impl {
     Pending p;
     p.buffer = data;
     p.what = describe(kind, microbatch, from_stage, to_stage) + " (rank " + std::to_string(dst) + ")";
-    p.work = dist::send_async(p.buffer, static_cast<int>(dst), tag(kind, microbatch, to_stage));
+    p.work = dist::send_async(p.buffer, static_cast<int>(dst), tag(kind, microbatch, to_stage), channel_to(kind, dst));
     sends.push_back(std::move(p));
     release_finished_sends();
   }
@@ -155,7 +175,7 @@ struct P2P::Impl {
     }
     torch::Tensor buffer = torch::empty(shape_, options);
     try {
-      dist::recv_async(buffer, static_cast<int>(src), tag(kind, microbatch, to_stage)).wait();
+      dist::recv_async(buffer, static_cast<int>(src), tag(kind, microbatch, to_stage), channel_from(kind, src)).wait();
       release_finished_sends();
     } catch (const dist::CommError& e) {
       throw dist::CommError(who() + " (stage " + std::to_string(to_stage) + ") waited for " +
@@ -192,6 +212,7 @@ P2P::P2P(const PipelineShape& shape, int64_t rank, torch::TensorOptions options)
   impl_->shape = shape;
   impl_->rank = rank;
   impl_->options = options;
+  if (shape.ranks > 1) impl_->open_channels();  // collective: every rank builds its P2P at the same point
 }
 
 P2P::~P2P() {
