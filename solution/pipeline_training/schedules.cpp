@@ -31,8 +31,9 @@ RankSchedule gpipe_schedule(int64_t ranks, int64_t microbatches, int64_t rank) {
 // next rank in that order). Rank r then keeps at most p - r micro-batches alive.
 // p = 2, m = 4:  rank 0: F0 F1 B0 F2 B1 F3 B2 B3
 //                rank 1: F0 B0 F1 B1 F2 B2 F3 B3
-// With p - r instead of p - r - 1 warm-ups the makespan grows; with p - r - 2 two
-// neighbours both wait to receive first and the run deadlocks (the simulator says so).
+// With p - r warm-ups every rank keeps one micro-batch more for nothing (same makespan); with
+// p - r - 2 ranks sit idle (p = 4, m = 8: makespan 54, not 33); with warm-ups that grow with r
+// two neighbours both wait to receive first and the run deadlocks (the simulator says so).
 RankSchedule one_f_one_b_schedule(int64_t ranks, int64_t microbatches, int64_t rank) {
   // BEGIN SOLUTION 3.1 one_f_one_b_schedule
   const int64_t warmup = std::min(ranks - rank - 1, microbatches);
