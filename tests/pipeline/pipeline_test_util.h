@@ -12,6 +12,7 @@
 #include <string>
 #include <thread>
 
+#include "run_with_timeout.h"
 #include "pipeline/partition.h"
 #include "pipeline/stage.h"
 
@@ -27,26 +28,7 @@ inline const torch::nn::Module* unwrapped(const std::shared_ptr<torch::nn::Modul
   return layer.get();
 }
 
-// Runs fn on its own thread and waits at most `seconds`. Returns "" when fn returned,
-// the exception's message (prefixed "threw: ") when it threw, and "timeout" when it did
-// not finish in time. On timeout the thread is left behind (detached): the test fails
-// instead of hanging, and the process ends after the test.
-inline std::string run_with_timeout(std::function<void()> fn, double seconds) {
-  auto done = std::make_shared<std::promise<std::string>>();
-  auto result = done->get_future();
-  std::thread([fn = std::move(fn), done] {
-    try {
-      fn();
-      done->set_value("");
-    } catch (const std::exception& e) {
-      done->set_value(std::string("threw: ") + e.what());
-    } catch (...) {
-      done->set_value("threw: (not a std::exception)");
-    }
-  }).detach();
-  if (result.wait_for(std::chrono::duration<double>(seconds)) != std::future_status::ready) return "timeout";
-  return result.get();
-}
+using kit_test::run_with_timeout;  // tests/run_with_timeout.h
 
 // y = x * scale + shift, parameter-free; it remembers nothing. Distinct constants per
 // layer make the composition order visible in the output.

@@ -12,6 +12,7 @@
 #include <string>
 #include <thread>
 
+#include "run_with_timeout.h"
 #include "kit/errors.h"
 #include "pipeline_training/action.h"
 #include "pipeline_training/schedules.h"
@@ -39,25 +40,7 @@ inline kit::pp::RankSchedule parse(const std::string& text) {
   return out;
 }
 
-// Runs fn on its own thread and waits at most `seconds`. Returns "" when fn returned,
-// "threw: <message>" when it threw, and "timeout" when it did not finish in time (the
-// thread is then left behind, detached: the test fails instead of hanging).
-inline std::string run_with_timeout(std::function<void()> fn, double seconds) {
-  auto done = std::make_shared<std::promise<std::string>>();
-  auto result = done->get_future();
-  std::thread([fn = std::move(fn), done] {
-    try {
-      fn();
-      done->set_value("");
-    } catch (const std::exception& e) {
-      done->set_value(std::string("threw: ") + e.what());
-    } catch (...) {
-      done->set_value("threw: (not a std::exception)");
-    }
-  }).detach();
-  if (result.wait_for(std::chrono::duration<double>(seconds)) != std::future_status::ready) return "timeout";
-  return result.get();
-}
+using kit_test::run_with_timeout;  // tests/run_with_timeout.h
 
 // The message of the kit::Error that fn throws, or a failure when it throws none.
 inline std::string error_of(const std::function<void()>& fn) {
