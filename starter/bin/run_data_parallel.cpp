@@ -50,19 +50,6 @@ struct DpOptions {
   bool world_size_given = false;
 };
 
-std::string replace_all(std::string s, const std::string& from, const std::string& to) {
-  for (size_t pos = 0; (pos = s.find(from, pos)) != std::string::npos; pos += to.size()) s.replace(pos, from.size(), to);
-  return s;
-}
-
-// The metrics file of one rank.
-std::string metrics_path(const std::string& pattern, int rank, int world_size) {
-  std::string p = replace_all(pattern, "{world}", std::to_string(world_size));
-  if (p.find("{rank}") != std::string::npos) return replace_all(p, "{rank}", std::to_string(rank));
-  std::filesystem::path path(p);
-  return (path.parent_path() / (path.stem().string() + ".rank" + std::to_string(rank) + path.extension().string()))
-      .string();
-}
 
 // Every rank must run the same number of steps, or one of them waits forever in an
 // all-reduce the others never join. Equal partitions guarantee it; check anyway.
@@ -228,7 +215,7 @@ int worker_main(const DpOptions& o, const kit::WorldInfo& world) {
                          {"threads", o.run.train.threads},
                          {"seq_len", o.run.data.seq_len},
                          {"max_batches", o.run.train.max_train_batches}};
-  kit::write_metrics_json(metrics_path(o.run.out, rank, W), epochs, info);
+  kit::write_metrics_json(kit::rank_path(o.run.out, rank, W), epochs, info);
   kit::dist::destroy_process_group();
   return 0;
 }
@@ -238,7 +225,7 @@ int worker_main(const DpOptions& o, const kit::WorldInfo& world) {
 void print_summary(const DpOptions& o, int W) {
   std::vector<nlohmann::json> ranks;
   for (int r = 0; r < W; ++r) {
-    std::ifstream f(metrics_path(o.run.out, r, W));
+    std::ifstream f(kit::rank_path(o.run.out, r, W));
     if (!f) return;
     ranks.push_back(nlohmann::json::parse(f));
   }
@@ -255,7 +242,7 @@ void print_summary(const DpOptions& o, int W) {
   const double k = static_cast<double>(n_epochs - first);
   std::cout << "world size " << W << ": training time " << time / k << " s per epoch (mean over ranks), "
             << tps / k << " tokens/s (sum over ranks), over " << (n_epochs - first) << " epoch(s)"
-            << (first ? " after the first" : "") << "\nmetrics: " << metrics_path(o.run.out, 0, W)
+            << (first ? " after the first" : "") << "\nmetrics: " << kit::rank_path(o.run.out, 0, W)
             << (W > 1 ? " ..." : "") << std::endl;
 }
 

@@ -78,19 +78,6 @@ struct PpOptions {
   int64_t fail_at_action = 0;
 };
 
-std::string replace_all(std::string s, const std::string& from, const std::string& to) {
-  for (size_t pos = 0; (pos = s.find(from, pos)) != std::string::npos; pos += to.size()) s.replace(pos, from.size(), to);
-  return s;
-}
-
-// The metrics file of one rank: {rank} and {world} replaced, else ".rank<r>" before the extension.
-std::string metrics_path(const std::string& pattern, int rank, int world_size) {
-  std::string p = replace_all(pattern, "{world}", std::to_string(world_size));
-  if (p.find("{rank}") != std::string::npos) return replace_all(p, "{rank}", std::to_string(rank));
-  std::filesystem::path path(p);
-  return (path.parent_path() / (path.stem().string() + ".rank" + std::to_string(rank) + path.extension().string()))
-      .string();
-}
 
 pp::PipelineShape shape_of(const PpOptions& o, int world_size) {
   return {world_size, o.microbatches, o.virtual_chunks};
@@ -363,7 +350,7 @@ int worker_main(const PpOptions& o, int rank, int W, const std::string& launcher
     save_dict(o.save, rank, saved);
   }
   if (!o.timeline.empty()) {
-    std::filesystem::path path(metrics_path(o.timeline, rank, W));
+    std::filesystem::path path(kit::rank_path(o.timeline, rank, W));
     if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path());
     nlohmann::json j = timeline_json(last_timeline, shape, rank, peak_kept);
     j["memory"] = memory_json(o.memory, device, memory);
@@ -389,7 +376,7 @@ int worker_main(const PpOptions& o, int rank, int W, const std::string& launcher
                         {"recv_seconds", p2p.recv_seconds()},
                         {"memory", memory_json(o.memory, device, memory)}};
     if (holds_loss) m["losses"] = losses;
-    const std::filesystem::path path(metrics_path(o.run.out, rank, W));
+    const std::filesystem::path path(kit::rank_path(o.run.out, rank, W));
     if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path());
     std::ofstream f(path);
     f << m.dump(1) << "\n";

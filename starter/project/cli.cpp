@@ -1,5 +1,6 @@
 #include "project/cli.h"
 
+#include <filesystem>
 #include <iostream>
 
 #include "kit/errors.h"
@@ -38,6 +39,21 @@ GPT2Config model_config(const RunOptions& o) {
     cfg.dropout = o.dropout;
   }
   return cfg;
+}
+
+namespace {
+std::string replace_all(std::string s, const std::string& from, const std::string& to) {
+  for (size_t pos = 0; (pos = s.find(from, pos)) != std::string::npos; pos += to.size()) s.replace(pos, from.size(), to);
+  return s;
+}
+}  // namespace
+
+std::string rank_path(const std::string& pattern, int rank, int world_size) {
+  std::string p = replace_all(pattern, "{world}", std::to_string(world_size));
+  if (p.find("{rank}") != std::string::npos) return replace_all(p, "{rank}", std::to_string(rank));
+  std::filesystem::path path(p);
+  return (path.parent_path() / (path.stem().string() + ".rank" + std::to_string(rank) + path.extension().string()))
+      .string();
 }
 
 int guarded_main(int argc, char** argv, CLI::App& app, const std::function<int()>& body) {

@@ -28,4 +28,8 @@ GPT2Config model_config(const RunOptions& opts);
 // and exit code 1 (never an abort); CLI11 parse errors print usage and their own code.
 int guarded_main(int argc, char** argv, CLI::App& app, const std::function<int()>& body);
 
+// The file of one rank of a multi-process run: {rank} and {world} in `pattern` replaced,
+// and a pattern without {rank} gets ".rank<r>" before its extension (out.json -> out.rank1.json).
+std::string rank_path(const std::string& pattern, int rank, int world_size);
+
 }  // namespace kit
