@@ -60,7 +60,9 @@ TEST(PipelineFailure, DeadlockIsRejectedByTheSimulatorBeforeRunning) {
 TEST(PipelineFailure, RankThrowingMidScheduleStopsEveryProcessNamingIt) {
   dp_test::TempDir dir("pp_failrank");
   auto args = pp_run::program_args({4, "1f1b", 4, 1, 4}, dir.path());
-  args.insert(args.end(), {"--fail-rank", "1", "--fail-at-action", "3"});
+  // Rank 1 throws after its first forward: rank 2 then waits for micro-batch 1 and never
+  // reaches a backward, so rank 1 is the first and only rank to fail, whatever the timing.
+  args.insert(args.end(), {"--fail-rank", "1", "--fail-at-action", "1"});
   // A communication timeout far longer than the deadline: the run must end because the
   // failure is noticed, not because the peers give up waiting.
   const auto r = pp_run::run_program(args, {}, dir / "run.log", 40, "60");
