@@ -12,9 +12,12 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include <torch/torch.h>
 
 #include "dist/launch.h"
 
@@ -148,6 +151,17 @@ inline std::string join_lines(const std::vector<std::string>& v) {
   std::ostringstream s;
   for (const auto& x : v) s << "\n  " << x;
   return s.str();
+}
+
+// A rank's --save / --save-grads file (torch::pickle_save of a dict of tensors), by key;
+// empty when the file is missing or empty.
+inline std::map<std::string, torch::Tensor> load_rank_file(const std::string& path) {
+  const std::string bytes = read_file(path);
+  std::map<std::string, torch::Tensor> out;
+  if (bytes.empty()) return out;
+  auto dict = torch::pickle_load(std::vector<char>(bytes.begin(), bytes.end())).toGenericDict();
+  for (const auto& item : dict) out[item.key().toStringRef()] = item.value().toTensor();
+  return out;
 }
 
 }  // namespace dp_test

@@ -96,15 +96,6 @@ dp_test::RunResult run_program(const std::vector<std::string>& argv, Env env, co
   return dp_test::run(argv, env, log, timeout_s);
 }
 
-std::map<std::string, torch::Tensor> load_rank_file(const std::string& path) {
-  const std::string bytes = dp_test::read_file(path);
-  std::map<std::string, torch::Tensor> out;
-  if (bytes.empty()) return out;
-  auto dict = torch::pickle_load(std::vector<char>(bytes.begin(), bytes.end())).toGenericDict();
-  for (const auto& item : dict) out[item.key().toStringRef()] = item.value().toTensor();
-  return out;
-}
-
 struct Difference {
   double max_abs = 0;
   double allowed = 0;
@@ -133,7 +124,7 @@ void expect_matches_single_process(const Tiny& tiny, int world) {
   for (int r = 0; r < world; ++r) {
     const std::string path = tiny.grads_dir() + "/rank" + std::to_string(r) + ".pt";
     ASSERT_TRUE(fs::exists(path)) << "rank " << r << " wrote no " << path;
-    ranks.push_back(load_rank_file(path));
+    ranks.push_back(dp_test::load_rank_file(path));
     ASSERT_TRUE(ranks.back().count("indices")) << path << " has no example indices";
     ASSERT_EQ(ranks.back()["indices"].sizes(), torch::IntArrayRef({kSteps, per_rank}))
         << "rank " << r << " did not take " << kSteps << " steps of batch_size / world_size = " << per_rank;
@@ -304,7 +295,7 @@ TEST(DataParallelBucketed, OverlappedBucketsGiveWhatAverageGradientsGives) {
   ASSERT_EQ(r.exitcode, 0) << describe(r);
   std::vector<std::map<std::string, torch::Tensor>> averaged;
   for (int rank = 0; rank < 2; ++rank)
-    averaged.push_back(load_rank_file(tiny.grads_dir() + "/rank" + std::to_string(rank) + ".pt"));
+    averaged.push_back(dp_test::load_rank_file(tiny.grads_dir() + "/rank" + std::to_string(rank) + ".pt"));
   fs::remove_all(tiny.grads_dir());
 
   args.insert(args.end(), {"--bucket-mb", "0.01"});  // ~10 KB: the tiny model fills several buckets
@@ -312,7 +303,7 @@ TEST(DataParallelBucketed, OverlappedBucketsGiveWhatAverageGradientsGives) {
   ASSERT_EQ(r.exitcode, 0) << describe(r);
   expect_matches_single_process(tiny, 2);
   for (int rank = 0; rank < 2; ++rank) {
-    auto got = load_rank_file(tiny.grads_dir() + "/rank" + std::to_string(rank) + ".pt");
+    auto got = dp_test::load_rank_file(tiny.grads_dir() + "/rank" + std::to_string(rank) + ".pt");
     EXPECT_GT(got["allreduce_calls_step0"].item<int64_t>(), 2) << "the buckets were not small enough to test overlap";
     for (const auto& [key, want] : averaged[rank]) {
       if (key.rfind("grad/", 0) != 0 && key.rfind("param/", 0) != 0) continue;

@@ -87,15 +87,6 @@ inline void write_schedule_file(const std::string& path, const kit::pp::Schedule
   f << "]}\n";
 }
 
-inline std::map<std::string, torch::Tensor> load_rank_file(const std::string& path) {
-  const std::string bytes = dp_test::read_file(path);
-  std::map<std::string, torch::Tensor> out;
-  if (bytes.empty()) return out;
-  auto dict = torch::pickle_load(std::vector<char>(bytes.begin(), bytes.end())).toGenericDict();
-  for (const auto& item : dict) out[item.key().toStringRef()] = item.value().toTensor();
-  return out;
-}
-
 // The model every rank builds (run_pipeline_training: kit::build_model from --seed).
 inline kit::GPT2 reference_model(int64_t n_layer) {
   kit::GPT2Config cfg = kit::gpt2_preset("tiny");

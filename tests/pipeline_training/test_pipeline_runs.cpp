@@ -52,7 +52,7 @@ void expect_matches_single_process(const RunSpec& spec, bool built_schedule) {
   std::vector<std::map<std::string, torch::Tensor>> ranks;
   for (int q = 0; q < spec.ranks; ++q) {
     const std::string path = dir / ("save/rank" + std::to_string(q) + ".pt");
-    ranks.push_back(pp_run::load_rank_file(path));
+    ranks.push_back(dp_test::load_rank_file(path));
     ASSERT_FALSE(ranks.back().empty()) << "rank " << q << " wrote no " << path;
   }
   const int last = static_cast<int>((spec.ranks * spec.virtual_chunks - 1) % spec.ranks);
