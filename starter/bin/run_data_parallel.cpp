@@ -76,16 +76,9 @@ double global_validation_loss(const kit::ForwardFn& forward, torch::nn::Module& 
   return n > 0 ? t[0].item<double>() / n : std::nan("");
 }
 
+
 void save_step_file(const std::string& dir, int rank, const c10::Dict<std::string, torch::Tensor>& dict) {
-  std::filesystem::create_directories(dir);
-  const std::string path = dir + "/rank" + std::to_string(rank) + ".pt", tmp = path + ".tmp";
-  const std::vector<char> bytes = torch::pickle_save(dict);
-  {
-    std::ofstream f(tmp, std::ios::binary);
-    f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    if (!f) throw kit::Error("cannot write " + tmp + ": check that --save-grads names a writable directory");
-  }
-  std::filesystem::rename(tmp, path);  // never a half-written file under the final name
+  kit::write_file_atomically(dir + "/rank" + std::to_string(rank) + ".pt", torch::pickle_save(dict), "--save-grads");
 }
 
 // --save-grads: K steps through the same step as training, recording what the tests compare.

@@ -174,16 +174,9 @@ std::vector<Batch> synthetic_batches(const PpOptions& o) {
   return out;
 }
 
+
 void save_dict(const std::string& dir, int rank, const c10::Dict<std::string, torch::Tensor>& dict) {
-  std::filesystem::create_directories(dir);
-  const std::string path = dir + "/rank" + std::to_string(rank) + ".pt", tmp = path + ".tmp";
-  const std::vector<char> bytes = torch::pickle_save(dict);
-  {
-    std::ofstream f(tmp, std::ios::binary);
-    f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    if (!f) throw kit::Error("cannot write " + tmp + ": check that --save names a writable directory");
-  }
-  std::filesystem::rename(tmp, path);  // never a half-written file under the final name
+  kit::write_file_atomically(dir + "/rank" + std::to_string(rank) + ".pt", torch::pickle_save(dict), "--save");
 }
 
 torch::Tensor timeline_tensor(const std::vector<pp::ActionTime>& t) {

@@ -1,6 +1,7 @@
 #include "project/cli.h"
 
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 
 #include "kit/errors.h"
@@ -54,6 +55,18 @@ std::string rank_path(const std::string& pattern, int rank, int world_size) {
   std::filesystem::path path(p);
   return (path.parent_path() / (path.stem().string() + ".rank" + std::to_string(rank) + path.extension().string()))
       .string();
+}
+
+void write_file_atomically(const std::string& path, const std::vector<char>& bytes, const std::string& flag) {
+  const std::filesystem::path target(path);
+  if (target.has_parent_path()) std::filesystem::create_directories(target.parent_path());
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::binary);
+    f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    if (!f) throw Error("cannot write " + tmp + ": check that " + flag + " names a writable directory");
+  }
+  std::filesystem::rename(tmp, target);
 }
 
 int guarded_main(int argc, char** argv, CLI::App& app, const std::function<int()>& body) {

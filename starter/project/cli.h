@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "kit/config.h"
 
@@ -31,5 +32,10 @@ int guarded_main(int argc, char** argv, CLI::App& app, const std::function<int()
 // The file of one rank of a multi-process run: {rank} and {world} in `pattern` replaced,
 // and a pattern without {rank} gets ".rank<r>" before its extension (out.json -> out.rank1.json).
 std::string rank_path(const std::string& pattern, int rank, int world_size);
+
+// Writes `bytes` to `path` through a temporary file and a rename, so a reader never sees a
+// half-written file under the final name; creates the parent directories. kit::Error naming
+// the path and `flag` (the option that chose it) when it cannot be written.
+void write_file_atomically(const std::string& path, const std::vector<char>& bytes, const std::string& flag);
 
 }  // namespace kit
