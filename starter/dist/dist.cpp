@@ -15,6 +15,7 @@
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <functional>
@@ -31,13 +32,55 @@ namespace kit::dist {
 
 namespace {
 
-struct Group {
+// One counter set: the process's totals and each group's own.
+struct AtomicCounters {
+  std::atomic<int64_t> all_reduce_calls{0}, all_reduce_bytes{0}, all_gather_calls{0}, all_gather_bytes{0},
+      broadcast_calls{0}, broadcast_bytes{0}, send_bytes{0}, recv_bytes{0}, barrier_calls{0};
+  Counters get() const {
+    Counters c;
+    c.all_reduce_calls = all_reduce_calls;
+    c.all_reduce_bytes = all_reduce_bytes;
+    c.all_gather_calls = all_gather_calls;
+    c.all_gather_bytes = all_gather_bytes;
+    c.broadcast_calls = broadcast_calls;
+    c.broadcast_bytes = broadcast_bytes;
+    c.send_bytes = send_bytes;
+    c.recv_bytes = recv_bytes;
+    c.barrier_calls = barrier_calls;
+    return c;
+  }
+  void reset() {
+    for (auto* a : {&all_reduce_calls, &all_reduce_bytes, &all_gather_calls, &all_gather_bytes, &broadcast_calls,
+                    &broadcast_bytes, &send_bytes, &recv_bytes, &barrier_calls})
+      *a = 0;
+  }
+};
+
+using Backend = c10::intrusive_ptr<compat::C10dBackend>;
+// Makes one more backend of the world's kind for (group rank, group size) on a store.
+using MakeBackend = std::function<Backend(const c10::intrusive_ptr<c10d::Store>&, int rank, int size)>;
+
+}  // namespace
+
+struct Group::State {
+  std::string name;
+  std::vector<int> ranks;  // the world rank of each group rank
+  int rank = -1;           // this process's group rank; -1: not a member
+  Backend backend;         // null for a non-member, and after destroy_process_group
+  AtomicCounters counters;
+};
+
+namespace {
+
+using State = Group::State;
+
+struct World {
   c10::intrusive_ptr<c10d::Store> store;
-  c10::intrusive_ptr<compat::C10dBackend> backend;
-  // Makes one more backend of the same kind over the same ranks, on a store (channels).
-  std::function<c10::intrusive_ptr<compat::C10dBackend>(const c10::intrusive_ptr<c10d::Store>&)> make_backend;
-  std::vector<c10::intrusive_ptr<compat::C10dBackend>> channels;  // channel k is channels[k - 1]
+  MakeBackend make_backend;
+  std::shared_ptr<State> world;
+  std::vector<std::shared_ptr<State>> channels;  // channel k is channels[k - 1]
   std::map<std::string, int> channel_ids;
+  std::map<std::string, std::shared_ptr<State>> groups;  // new_group's, by name
   std::string backend_name;
   int rank = 0;
   int world_size = 1;
@@ -45,23 +88,33 @@ struct Group {
   std::chrono::milliseconds timeout{0};
 };
 
-// One group per process, as torch.distributed's default group. It lives on the heap and
+// One world per process, as torch.distributed's default group. It lives on the heap and
 // is only freed by destroy_process_group: a group still alive at exit is left to the OS
 // rather than torn down while LibTorch's own statics are being destroyed.
-Group* g_group = nullptr;
+World* g_world = nullptr;
 std::mutex g_mutex;
+AtomicCounters g_total;  // every group's traffic
 
-std::atomic<int64_t> c_allreduce_calls{0}, c_allreduce_bytes{0}, c_bcast_calls{0}, c_bcast_bytes{0},
-    c_send_bytes{0}, c_recv_bytes{0}, c_barrier_calls{0};
+// Counts on the group and in the process's totals.
+void count(State& s, std::atomic<int64_t> AtomicCounters::*field, int64_t n) {
+  s.counters.*field += n;
+  g_total.*field += n;
+}
 
 int64_t nbytes(const torch::Tensor& t) { return t.numel() * static_cast<int64_t>(t.element_size()); }
 
-Group& group(const char* what) {
-  if (!g_group)
+World& world(const char* what) {
+  if (!g_world)
     throw Error(std::string("dist::") + what +
                 " called before dist::init_process_group: set up the process group first "
                 "(Problem 1.2 setup)");
-  return *g_group;
+  return *g_world;
+}
+
+std::string list(const std::vector<int>& v) {
+  std::string out;
+  for (int x : v) out += (out.empty() ? "" : ",") + std::to_string(x);
+  return out;
 }
 
 std::string env_or(const char* name, const std::string& fallback) {
@@ -89,28 +142,33 @@ std::string seconds(std::chrono::milliseconds t) {
   return s.str();
 }
 
-std::string failure_message(const Group& g, const char* what, const std::exception& e);
+// "rank 3" for the world, "rank 3 (rank 1 of group tp0 = ranks 2,3)" for a subgroup.
+std::string who(const State& s) {
+  std::string out = "rank " + std::to_string(g_world ? g_world->rank : -1);
+  if (s.name != "world")
+    out += " (rank " + std::to_string(s.rank) + " of group " + s.name + " = ranks " + list(s.ranks) + ")";
+  return out;
+}
 
-// Runs one c10d operation to completion. A failure here almost always means another
-// rank died or stopped calling the same collectives, so the message says so.
+std::string failure_message(const State& s, const char* what, const std::exception& e) {
+  return who(s) + ": dist::" + what + " failed: " + first_line(e.what()) +
+         "\n  Another rank probably exited, crashed, or stopped making the same collective calls "
+         "(every member must call the same collectives in the same order). Collectives give up after " +
+         seconds(g_world ? g_world->timeout : std::chrono::milliseconds(0)) + " (KIT_DIST_TIMEOUT).";
+}
+
+// Runs one c10d operation on a group to completion. A failure here almost always means
+// another rank died or stopped calling the same collectives, so the message says so.
 template <class Start>
-void run(const char* what, Start&& start) {
-  Group& g = group(what);
+void run(State& s, const char* what, Start&& start) {
   try {
-    auto work = start(*g.backend);  // c10d::Work (2.x) or c10d::ProcessGroup::Work (1.13)
+    auto work = start(*s.backend);  // c10d::Work (2.x) or c10d::ProcessGroup::Work (1.13)
     work->wait();
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {
-    throw CommError(failure_message(g, what, e));
+    throw CommError(failure_message(s, what, e));
   }
-}
-
-std::string failure_message(const Group& g, const char* what, const std::exception& e) {
-  return "rank " + std::to_string(g.rank) + ": dist::" + what + " failed: " + first_line(e.what()) +
-         "\n  Another rank probably exited, crashed, or stopped making the same collective calls "
-         "(every rank must call the same collectives in the same order). Collectives give up after " +
-         seconds(g.timeout) + " (KIT_DIST_TIMEOUT).";
 }
 
 // Writes a reduced buffer back into a non-contiguous tensor, without autograd seeing it
@@ -149,7 +207,97 @@ c10::intrusive_ptr<c10d::Store> connect_store(const std::string& addr, int port,
   }
 }
 
+// A group over `ranks` on the world's store under `prefix`: its own c10d backend when this
+// process is a member (the members meet there; others do not wait).
+std::shared_ptr<State> make_group(World& w, const std::string& name, const std::vector<int>& ranks,
+                                  const std::string& prefix, const char* what) {
+  auto s = std::make_shared<State>();
+  s->name = name;
+  s->ranks = ranks;
+  for (size_t i = 0; i < ranks.size(); ++i)
+    if (ranks[i] == w.rank) s->rank = static_cast<int>(i);
+  if (s->rank < 0) return s;
+  auto store = c10::make_intrusive<c10d::PrefixStore>(prefix, w.store);
+  try {
+    s->backend = w.make_backend(store, s->rank, static_cast<int>(ranks.size()));
+  } catch (const std::exception& e) {
+    throw CommError("rank " + std::to_string(w.rank) + ": dist::" + what + "(\"" + name + "\") failed: " +
+                    first_line(e.what()) + "\n  Every member (ranks " + list(ranks) +
+                    ") must create the same groups in the same order; they did not all within " +
+                    seconds(w.timeout) + " (KIT_DIST_TIMEOUT).");
+  }
+  return s;
+}
+
 }  // namespace
+
+// ---------------------------------------------------------------- groups
+
+State& Group::state(const char* what) const {
+  if (!s_)
+    throw Error(std::string("dist::") + what +
+                ": this Group is empty (Group() is no group): make one with dist::new_group or dist::world_group()");
+  if (s_->rank < 0)
+    throw Error(std::string("dist::") + what + ": rank " + std::to_string(g_world ? g_world->rank : -1) +
+                " is not a member of group " + s_->name + " (ranks " + list(s_->ranks) +
+                "): only its members may use it (check group.is_member() first)");
+  if (!s_->backend || !g_world)
+    throw Error(std::string("dist::") + what + ": group " + s_->name +
+                " was released by dist::destroy_process_group: create groups after init_process_group");
+  return *s_;
+}
+
+bool Group::is_member() const { return s_ && s_->rank >= 0; }
+int Group::rank() const { return state("Group::rank").rank; }
+int Group::size() const {
+  if (!s_) throw Error("dist::Group::size: this Group is empty (Group() is no group)");
+  return static_cast<int>(s_->ranks.size());
+}
+const std::vector<int>& Group::ranks() const {
+  if (!s_) throw Error("dist::Group::ranks: this Group is empty (Group() is no group)");
+  return s_->ranks;
+}
+const std::string& Group::name() const {
+  if (!s_) throw Error("dist::Group::name: this Group is empty (Group() is no group)");
+  return s_->name;
+}
+Counters Group::counters() const {
+  if (!s_) throw Error("dist::Group::counters: this Group is empty (Group() is no group)");
+  return s_->counters.get();
+}
+void Group::reset_counters() const {
+  if (!s_) throw Error("dist::Group::reset_counters: this Group is empty (Group() is no group)");
+  s_->counters.reset();
+}
+
+Group world_group() { return Group(world("world_group").world); }
+
+Group new_group(const std::vector<int>& ranks, const std::string& name_given) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  World& w = world("new_group");
+  if (ranks.empty()) throw Error("dist::new_group: the list of ranks is empty: a group needs at least one rank");
+  std::vector<int> sorted = ranks;
+  std::sort(sorted.begin(), sorted.end());
+  for (size_t i = 0; i < sorted.size(); ++i) {
+    if (sorted[i] < 0 || sorted[i] >= w.world_size)
+      throw Error("dist::new_group: rank " + std::to_string(sorted[i]) + " is not in the world of " +
+                  std::to_string(w.world_size) + " ranks (0.." + std::to_string(w.world_size - 1) + ")");
+    if (i > 0 && sorted[i] == sorted[i - 1])
+      throw Error("dist::new_group: rank " + std::to_string(sorted[i]) + " is listed twice in {" + list(ranks) + "}");
+  }
+  const std::string name = name_given.empty() ? list(ranks) : name_given;
+  if (name == "world") throw Error("dist::new_group: \"world\" is the world's name: give the group another");
+  const auto it = w.groups.find(name);
+  if (it != w.groups.end()) {
+    if (it->second->ranks != ranks)
+      throw Error("dist::new_group: the name \"" + name + "\" is already the group of ranks " +
+                  list(it->second->ranks) + ", not " + list(ranks) + ": give this group another name");
+    return Group(it->second);
+  }
+  auto s = make_group(w, name, ranks, "kit-group/" + name + "/", "new_group");
+  w.groups[name] = s;
+  return Group(s);
+}
 
 std::chrono::milliseconds timeout_from_env() {
   const char* v = std::getenv("KIT_DIST_TIMEOUT");
@@ -189,14 +337,14 @@ void init_process_group(const std::string& backend, int rank, int world_size) {
 void init_process_group(const std::string& backend, int rank, int world_size, const std::string& master_addr,
                         int master_port) {
   std::lock_guard<std::mutex> lock(g_mutex);
-  if (g_group) throw Error("dist::init_process_group called twice: one process group per process");
+  if (g_world) throw Error("dist::init_process_group called twice: one process group per process");
   if (world_size < 1) throw Error("world_size must be >= 1 (got " + std::to_string(world_size) + ")");
   if (rank < 0 || rank >= world_size)
     throw Error("rank " + std::to_string(rank) + " is outside 0.." + std::to_string(world_size - 1));
   if (master_port < 1 || master_port > 65535)
     throw Error("master port " + std::to_string(master_port) + " is not in 1..65535");
 
-  auto g = std::make_unique<Group>();
+  auto g = std::make_unique<World>();
   g->rank = rank;
   g->world_size = world_size;
   g->backend_name = backend;
@@ -217,12 +365,12 @@ void init_process_group(const std::string& backend, int rank, int world_size, co
       opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
     else
       opts->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
-    g->make_backend = [rank, world_size, opts](const c10::intrusive_ptr<c10d::Store>& store) {
-      return c10::intrusive_ptr<compat::C10dBackend>(
-          c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, world_size, opts));
+    g->make_backend = [opts](const c10::intrusive_ptr<c10d::Store>& store, int r, int n) {
+      return Backend(c10::make_intrusive<c10d::ProcessGroupGloo>(store, r, n, opts));
     };
     try {
-      g->backend = g->make_backend(g->store);
+      g->world = std::make_shared<State>();
+      g->world->backend = g->make_backend(g->store, rank, world_size);
     } catch (const std::exception& e) {
       throw Error("rank " + std::to_string(rank) + ": the Gloo backend could not connect to the other ranks: " +
                   first_line(e.what()) + "\n  Fix: make sure all " + std::to_string(world_size) +
@@ -249,11 +397,11 @@ void init_process_group(const std::string& backend, int rank, int world_size, co
     g->store = connect_store(master_addr, master_port, rank, world_size, g->timeout);
     auto opts = c10d::ProcessGroupNCCL::Options::create();
     opts->timeout = g->timeout;
-    g->make_backend = [rank, world_size, opts](const c10::intrusive_ptr<c10d::Store>& store) {
-      return c10::intrusive_ptr<compat::C10dBackend>(
-          c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, world_size, opts));
+    g->make_backend = [opts](const c10::intrusive_ptr<c10d::Store>& store, int r, int n) {
+      return Backend(c10::make_intrusive<c10d::ProcessGroupNCCL>(store, r, n, opts));
     };
-    g->backend = g->make_backend(g->store);
+    g->world = std::make_shared<State>();
+    g->world->backend = g->make_backend(g->store, rank, world_size);
 #else
     throw Error("this build of the kit has no NCCL backend (LibTorch without CUDA, or nccl.h not found at "
                 "configure time): use --backend gloo. Available: " + known);
@@ -262,14 +410,17 @@ void init_process_group(const std::string& backend, int rank, int world_size, co
     throw Error("unknown backend '" + backend + "': use gloo (CPU) or nccl (GPU). Available in this build: " +
                 known);
   }
-  g_group = g.release();
+  g->world->name = "world";
+  g->world->rank = rank;
+  for (int r = 0; r < world_size; ++r) g->world->ranks.push_back(r);
+  g_world = g.release();
 }
 
-bool is_initialized() { return g_group != nullptr; }
-int get_rank() { return group("get_rank").rank; }
-int get_world_size() { return group("get_world_size").world_size; }
-std::string get_backend() { return group("get_backend").backend_name; }
-torch::Device device() { return group("device").device; }
+bool is_initialized() { return g_world != nullptr; }
+int get_rank() { return world("get_rank").rank; }
+int get_world_size() { return world("get_world_size").world_size; }
+std::string get_backend() { return world("get_backend").backend_name; }
+torch::Device device() { return world("device").device; }
 
 // The handle c10d returns: c10d::Work in 2.x, c10d::ProcessGroup::Work in 1.13.
 using C10dWork = decltype(std::declval<compat::C10dBackend&>().allreduce(std::declval<std::vector<at::Tensor>&>()));
@@ -277,27 +428,28 @@ using C10dWork = decltype(std::declval<compat::C10dBackend&>().allreduce(std::de
 struct Work::Impl {
   C10dWork work;
   std::vector<torch::Tensor> tensors;  // kept alive until the operation is done
+  Group group;                         // keeps the group (and `state`) alive while this runs
+  State* state = nullptr;              // for the failure message
   const char* what = "";
 
-  // Issues one c10d operation on `contiguous` and wraps its handle (c10d returns the same
-  // Work type for all-reduce, send and recv). A failure to even start is a CommError.
+  // Issues one c10d operation on `contiguous` in group `s` and wraps its handle (c10d
+  // returns the same Work type for all-reduce, send and recv). A failure to even start is
+  // a CommError.
   template <class Issue>
-  static Work start(const torch::Tensor& contiguous, const char* what, Issue&& issue, int channel = 0) {
-    Group& g = group(what);
-    if (channel < 0 || channel > static_cast<int>(g.channels.size()))
-      throw Error(std::string("dist::") + what + ": channel " + std::to_string(channel) +
-                  " was never opened (dist::open_channel returns the numbers that exist)");
-    compat::C10dBackend& backend = channel == 0 ? *g.backend : *g.channels[static_cast<size_t>(channel - 1)];
+  static Work start(const torch::Tensor& contiguous, const char* what, Issue&& issue, const Group& g) {
+    State& s = g.state(what);
     auto impl = std::make_shared<Impl>();
     impl->tensors = {contiguous};
     impl->what = what;
     try {
-      impl->work = issue(backend, impl->tensors);
+      impl->work = issue(*s.backend, impl->tensors);
     } catch (const Error&) {
       throw;
     } catch (const std::exception& e) {
-      throw CommError(failure_message(g, what, e));
+      throw CommError(failure_message(s, what, e));
     }
+    impl->group = g;
+    impl->state = &s;
     Work w;
     w.impl_ = std::move(impl);  // a nested class may set its enclosing class's members
     return w;
@@ -305,14 +457,14 @@ struct Work::Impl {
 
   // The one place all-reduces are counted and issued (all_reduce waits at once,
   // all_reduce_async hands the Work to its caller).
-  static Work start_all_reduce(const torch::Tensor& contiguous, ReduceOp op, const char* what) {
-    c_allreduce_calls += 1;
-    c_allreduce_bytes += nbytes(contiguous);
+  static Work start_all_reduce(const torch::Tensor& contiguous, ReduceOp op, const char* what, const Group& g) {
+    count(g.state(what), &AtomicCounters::all_reduce_calls, 1);
+    count(g.state(what), &AtomicCounters::all_reduce_bytes, nbytes(contiguous));
     c10d::AllreduceOptions o;
     o.reduceOp = to_c10d(op);
     return start(contiguous, what, [&](compat::C10dBackend& b, std::vector<torch::Tensor>& v) {
       return b.allreduce(v, o);
-    });
+    }, g);
   }
 };
 
@@ -329,77 +481,29 @@ void Work::wait() {
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {
-    throw CommError(failure_message(group(impl->what), impl->what, e));
+    throw CommError(failure_message(*impl->state, impl->what, e));
   }
-}
-
-void all_reduce(const torch::Tensor& tensor, ReduceOp op) {
-  check_tensor(tensor, "all_reduce");
-  // Gloo and NCCL reduce dense buffers: reduce a contiguous copy and write it back.
-  const torch::Tensor buffer = tensor.is_contiguous() ? tensor : tensor.contiguous();
-  Work::Impl::start_all_reduce(buffer, op, "all_reduce").wait();
-  if (!buffer.is_same(tensor)) copy_back(tensor, buffer);
-}
-
-Work all_reduce_async(const torch::Tensor& tensor, ReduceOp op) {
-  check_tensor(tensor, "all_reduce_async");
-  if (!tensor.is_contiguous())
-    throw Error("dist::all_reduce_async needs a contiguous tensor (it reduces the buffer in place while you "
-                "go on): pass t.contiguous() and read the result from that");
-  return Work::Impl::start_all_reduce(tensor, op, "all_reduce_async");
-}
-
-void broadcast(const torch::Tensor& tensor, int src) {
-  check_tensor(tensor, "broadcast");
-  if (src < 0 || src >= get_world_size()) throw Error("dist::broadcast: src rank " + std::to_string(src) + " does not exist");
-  c_bcast_calls += 1;
-  c_bcast_bytes += nbytes(tensor);
-  std::vector<torch::Tensor> v{tensor.is_contiguous() ? tensor : tensor.contiguous()};
-  c10d::BroadcastOptions o;
-  o.rootRank = src;
-  run("broadcast", [&](compat::C10dBackend& b) { return b.broadcast(v, o); });
-  if (!v[0].is_same(tensor)) copy_back(tensor, v[0]);
-}
-
-void barrier() {
-  Group& g = group("barrier");
-  c_barrier_calls += 1;
-  if (g.backend_name == "nccl") {
-    // NCCL's barrier guesses a GPU from the rank; a one-element all-reduce on ours is exact.
-    std::vector<torch::Tensor> v{torch::zeros({1}, torch::TensorOptions().device(g.device))};
-    c10d::AllreduceOptions o;
-    run("barrier", [&](compat::C10dBackend& b) { return b.allreduce(v, o); });
-    return;
-  }
-  run("barrier", [&](compat::C10dBackend& b) { return b.barrier(c10d::BarrierOptions()); });
-}
-
-void send(const torch::Tensor& tensor, int dst, int tag) {
-  check_tensor(tensor, "send");
-  if (dst < 0 || dst >= get_world_size() || dst == get_rank())
-    throw Error("dist::send: destination rank " + std::to_string(dst) + " is not another existing rank");
-  c_send_bytes += nbytes(tensor);
-  std::vector<torch::Tensor> v{tensor.contiguous()};
-  run("send", [&](compat::C10dBackend& b) { return b.send(v, dst, tag); });
-}
-
-void recv(const torch::Tensor& tensor, int src, int tag) {
-  check_tensor(tensor, "recv");
-  if (src < 0 || src >= get_world_size() || src == get_rank())
-    throw Error("dist::recv: source rank " + std::to_string(src) + " is not another existing rank");
-  c_recv_bytes += nbytes(tensor);
-  std::vector<torch::Tensor> v{tensor.is_contiguous() ? tensor : tensor.contiguous()};
-  run("recv", [&](compat::C10dBackend& b) { return b.recv(v, src, tag); });
-  if (!v[0].is_same(tensor)) copy_back(tensor, v[0]);
 }
 
 namespace {
-void check_peer(int peer, const char* what, const char* role) {
-  if (peer < 0 || peer >= get_world_size() || peer == get_rank())
-    throw Error(std::string("dist::") + what + ": " + role + " rank " + std::to_string(peer) +
-                " is not another existing rank (this is rank " + std::to_string(get_rank()) + " of " +
-                std::to_string(get_world_size()) + ")");
+// Channel 0 is the world; channel k >= 1 the k-th open_channel.
+Group channel_group(int channel, const char* what) {
+  World& w = world(what);
+  if (channel == 0) return Group(w.world);
+  if (channel < 0 || channel > static_cast<int>(w.channels.size()))
+    throw Error(std::string("dist::") + what + ": channel " + std::to_string(channel) +
+                " was never opened (dist::open_channel returns the numbers that exist)");
+  return Group(w.channels[static_cast<size_t>(channel - 1)]);
 }
+
+void check_peer(const State& s, int peer, const char* what, const char* role) {
+  const int n = static_cast<int>(s.ranks.size());
+  if (peer < 0 || peer >= n || peer == s.rank)
+    throw Error(std::string("dist::") + what + ": " + role + " rank " + std::to_string(peer) +
+                " is not another existing rank (this is " + who(s) + (s.name == "world" ? " of " : ", size ") +
+                std::to_string(n) + ")");
+}
+
 void check_contiguous(const torch::Tensor& t, const char* what) {
   if (!t.is_contiguous())
     throw Error(std::string("dist::") + what +
@@ -407,63 +511,154 @@ void check_contiguous(const torch::Tensor& t, const char* what) {
 }
 }  // namespace
 
+void all_reduce(const torch::Tensor& tensor, ReduceOp op) { all_reduce(tensor, op, world_group()); }
+
+void all_reduce(const torch::Tensor& tensor, ReduceOp op, const Group& group) {
+  check_tensor(tensor, "all_reduce");
+  // Gloo and NCCL reduce dense buffers: reduce a contiguous copy and write it back.
+  const torch::Tensor buffer = tensor.is_contiguous() ? tensor : tensor.contiguous();
+  Work::Impl::start_all_reduce(buffer, op, "all_reduce", group).wait();
+  if (!buffer.is_same(tensor)) copy_back(tensor, buffer);
+}
+
+Work all_reduce_async(const torch::Tensor& tensor, ReduceOp op) { return all_reduce_async(tensor, op, world_group()); }
+
+Work all_reduce_async(const torch::Tensor& tensor, ReduceOp op, const Group& group) {
+  check_tensor(tensor, "all_reduce_async");
+  if (!tensor.is_contiguous())
+    throw Error("dist::all_reduce_async needs a contiguous tensor (it reduces the buffer in place while you "
+                "go on): pass t.contiguous() and read the result from that");
+  return Work::Impl::start_all_reduce(tensor, op, "all_reduce_async", group);
+}
+
+std::vector<torch::Tensor> all_gather(const torch::Tensor& tensor, const Group& group) {
+  check_tensor(tensor, "all_gather");
+  State& s = group.state("all_gather");
+  count(s, &AtomicCounters::all_gather_calls, 1);
+  count(s, &AtomicCounters::all_gather_bytes, nbytes(tensor));
+  std::vector<torch::Tensor> input{tensor.contiguous()};
+  std::vector<std::vector<torch::Tensor>> output(1);
+  for (size_t i = 0; i < s.ranks.size(); ++i) output[0].push_back(torch::empty_like(input[0]));
+  run(s, "all_gather", [&](compat::C10dBackend& b) { return b.allgather(output, input); });
+  return output[0];
+}
+
+void broadcast(const torch::Tensor& tensor, int src) { broadcast(tensor, src, world_group()); }
+
+void broadcast(const torch::Tensor& tensor, int src, const Group& group) {
+  check_tensor(tensor, "broadcast");
+  State& s = group.state("broadcast");
+  if (src < 0 || src >= static_cast<int>(s.ranks.size()))
+    throw Error("dist::broadcast: src rank " + std::to_string(src) + " does not exist in " +
+                (s.name == "world" ? std::string("the world") : "group " + s.name) + " of " +
+                std::to_string(s.ranks.size()) + " ranks");
+  count(s, &AtomicCounters::broadcast_calls, 1);
+  count(s, &AtomicCounters::broadcast_bytes, nbytes(tensor));
+  std::vector<torch::Tensor> v{tensor.is_contiguous() ? tensor : tensor.contiguous()};
+  c10d::BroadcastOptions o;
+  o.rootRank = src;
+  run(s, "broadcast", [&](compat::C10dBackend& b) { return b.broadcast(v, o); });
+  if (!v[0].is_same(tensor)) copy_back(tensor, v[0]);
+}
+
+void barrier() { barrier(world_group()); }
+
+void barrier(const Group& group) {
+  State& s = group.state("barrier");
+  count(s, &AtomicCounters::barrier_calls, 1);
+  if (g_world->backend_name == "nccl") {
+    // NCCL's barrier guesses a GPU from the rank; a one-element all-reduce on ours is exact.
+    std::vector<torch::Tensor> v{torch::zeros({1}, torch::TensorOptions().device(g_world->device))};
+    c10d::AllreduceOptions o;
+    run(s, "barrier", [&](compat::C10dBackend& b) { return b.allreduce(v, o); });
+    return;
+  }
+  run(s, "barrier", [&](compat::C10dBackend& b) { return b.barrier(c10d::BarrierOptions()); });
+}
+
+void send(const torch::Tensor& tensor, int dst, int tag) { send(tensor, dst, tag, world_group()); }
+void recv(const torch::Tensor& tensor, int src, int tag) { recv(tensor, src, tag, world_group()); }
+
+void send(const torch::Tensor& tensor, int dst, int tag, const Group& group) {
+  check_tensor(tensor, "send");
+  State& s = group.state("send");
+  check_peer(s, dst, "send", "destination");
+  count(s, &AtomicCounters::send_bytes, nbytes(tensor));
+  std::vector<torch::Tensor> v{tensor.contiguous()};
+  run(s, "send", [&](compat::C10dBackend& b) { return b.send(v, dst, tag); });
+}
+
+void recv(const torch::Tensor& tensor, int src, int tag, const Group& group) {
+  check_tensor(tensor, "recv");
+  State& s = group.state("recv");
+  check_peer(s, src, "recv", "source");
+  count(s, &AtomicCounters::recv_bytes, nbytes(tensor));
+  std::vector<torch::Tensor> v{tensor.is_contiguous() ? tensor : tensor.contiguous()};
+  run(s, "recv", [&](compat::C10dBackend& b) { return b.recv(v, src, tag); });
+  if (!v[0].is_same(tensor)) copy_back(tensor, v[0]);
+}
+
 Work send_async(const torch::Tensor& tensor, int dst, int tag, int channel) {
-  check_tensor(tensor, "send_async");
-  check_contiguous(tensor, "send_async");
-  check_peer(dst, "send_async", "destination");
-  c_send_bytes += nbytes(tensor);
-  return Work::Impl::start(tensor, "send_async", [&](compat::C10dBackend& b, std::vector<torch::Tensor>& v) {
-    return b.send(v, dst, tag);
-  }, channel);
+  return send_async(tensor, dst, tag, channel_group(channel, "send_async"));
 }
 
 Work recv_async(const torch::Tensor& tensor, int src, int tag, int channel) {
+  return recv_async(tensor, src, tag, channel_group(channel, "recv_async"));
+}
+
+Work send_async(const torch::Tensor& tensor, int dst, int tag, const Group& group) {
+  check_tensor(tensor, "send_async");
+  check_contiguous(tensor, "send_async");
+  State& s = group.state("send_async");
+  check_peer(s, dst, "send_async", "destination");
+  count(s, &AtomicCounters::send_bytes, nbytes(tensor));
+  return Work::Impl::start(tensor, "send_async", [&](compat::C10dBackend& b, std::vector<torch::Tensor>& v) {
+    return b.send(v, dst, tag);
+  }, group);
+}
+
+Work recv_async(const torch::Tensor& tensor, int src, int tag, const Group& group) {
   check_tensor(tensor, "recv_async");
   check_contiguous(tensor, "recv_async");
-  check_peer(src, "recv_async", "source");
-  c_recv_bytes += nbytes(tensor);
+  State& s = group.state("recv_async");
+  check_peer(s, src, "recv_async", "source");
+  count(s, &AtomicCounters::recv_bytes, nbytes(tensor));
   return Work::Impl::start(tensor, "recv_async", [&](compat::C10dBackend& b, std::vector<torch::Tensor>& v) {
     return b.recv(v, src, tag);
-  }, channel);
+  }, group);
 }
 
 int open_channel(const std::string& name) {
   std::lock_guard<std::mutex> lock(g_mutex);
-  Group& g = group("open_channel");
+  World& w = world("open_channel");
   if (name.empty()) throw Error("dist::open_channel: give the channel a name (every rank the same)");
-  const auto it = g.channel_ids.find(name);
-  if (it != g.channel_ids.end()) return it->second;
+  const auto it = w.channel_ids.find(name);
+  if (it != w.channel_ids.end()) return it->second;
   // Its own key space on the same store, so its rendezvous keys never meet the world's.
-  auto store = c10::make_intrusive<c10d::PrefixStore>("kit-channel/" + name + "/", g.store);
-  try {
-    g.channels.push_back(g.make_backend(store));
-  } catch (const std::exception& e) {
-    throw CommError("rank " + std::to_string(g.rank) + ": dist::open_channel(\"" + name +
-                    "\") failed: " + first_line(e.what()) +
-                    "\n  Every rank must open the same channels in the same order; the others did not within " +
-                    seconds(g.timeout) + " (KIT_DIST_TIMEOUT).");
-  }
-  const int id = static_cast<int>(g.channels.size());
-  g.channel_ids[name] = id;
+  w.channels.push_back(make_group(w, "channel " + name, w.world->ranks, "kit-channel/" + name + "/", "open_channel"));
+  const int id = static_cast<int>(w.channels.size());
+  w.channel_ids[name] = id;
   return id;
 }
 
 void destroy_process_group() {
   std::lock_guard<std::mutex> lock(g_mutex);
-  if (!g_group) return;
-  std::unique_ptr<Group> g(g_group);
+  if (!g_world) return;
+  std::unique_ptr<World> w(g_world);
   // Wait for the others first: with srun or torchrun rank 0 serves the store, and a rank
   // that leaves early must not pull it away from ranks still talking.
   try {
-    std::vector<torch::Tensor> v{torch::zeros({1}, torch::TensorOptions().device(g->device))};
-    g->backend->allreduce(v)->wait();
+    std::vector<torch::Tensor> v{torch::zeros({1}, torch::TensorOptions().device(w->device))};
+    w->world->backend->allreduce(v)->wait();
   } catch (const std::exception&) {
     // A peer is already gone: nothing left to wait for.
   }
-  g_group = nullptr;
-  g->channels.clear();
-  g->backend.reset();
-  g->store.reset();
+  g_world = nullptr;
+  // Handles to groups may outlive this: they see a released group (Group::state says so).
+  for (auto& [name, s] : w->groups) s->backend.reset();
+  for (auto& s : w->channels) s->backend.reset();
+  w->world->backend.reset();
+  w->store.reset();
 }
 
 void broadcast_parameters(torch::nn::Module& model, int src) {
@@ -472,26 +667,15 @@ void broadcast_parameters(torch::nn::Module& model, int src) {
   for (auto& b : model.buffers()) broadcast(b, src);
 }
 
-Counters counters() {
-  Counters c;
-  c.all_reduce_calls = c_allreduce_calls;
-  c.all_reduce_bytes = c_allreduce_bytes;
-  c.broadcast_calls = c_bcast_calls;
-  c.broadcast_bytes = c_bcast_bytes;
-  c.send_bytes = c_send_bytes;
-  c.recv_bytes = c_recv_bytes;
-  c.barrier_calls = c_barrier_calls;
-  return c;
-}
+Counters counters() { return g_total.get(); }
 
 void reset_counters() {
-  c_allreduce_calls = 0;
-  c_allreduce_bytes = 0;
-  c_bcast_calls = 0;
-  c_bcast_bytes = 0;
-  c_send_bytes = 0;
-  c_recv_bytes = 0;
-  c_barrier_calls = 0;
+  std::lock_guard<std::mutex> lock(g_mutex);
+  g_total.reset();
+  if (!g_world) return;
+  g_world->world->counters.reset();
+  for (auto& s : g_world->channels) s->counters.reset();
+  for (auto& [name, s] : g_world->groups) s->counters.reset();
 }
 
 }  // namespace kit::dist

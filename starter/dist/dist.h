@@ -1,8 +1,11 @@
-// The kit's torch.distributed: one process group per process, the collectives data
-// parallelism needs, and counters that tests use to check what was communicated.
+// The kit's torch.distributed: the world's process group, subgroups of it, the collectives
+// and point-to-point messages the problems need, and counters that tests use to check what
+// was communicated.
 //
 //   dist::init_process_group("gloo", rank, world_size);   // rendezvous at MASTER_ADDR:MASTER_PORT
-//   dist::all_reduce(grad);                                // in place, SUM over ranks
+//   dist::all_reduce(grad);                                // in place, SUM over all ranks
+//   dist::Group tp = dist::new_group({0, 1});              // ranks 0 and 1 (every rank calls it)
+//   if (tp.is_member()) dist::all_reduce(x, dist::ReduceOp::SUM, tp);   // SUM over ranks 0 and 1
 //   dist::destroy_process_group();
 //
 // Rendezvous goes through c10d's TCP store, as torch.distributed's env:// does: rank 0
@@ -41,6 +44,61 @@ struct CommError : Error {
 };
 inline constexpr int kExitPeerLost = 3;
 
+// What this process has communicated since the last reset, over the world and every group
+// (dist::counters()) or over one group (Group::counters()). Tests use these to catch a
+// gradient reduced twice or not at all: after one data-parallel step the all-reduced bytes
+// must equal the model's unique parameter bytes exactly; a tensor-parallel block makes
+// exactly 2 all-reduces in forward and 2 in backward. Bytes are those of the tensor each
+// call was given (all_gather: this rank's contribution), not what crossed the wire.
+struct Counters {
+  int64_t all_reduce_calls = 0;
+  int64_t all_reduce_bytes = 0;
+  int64_t all_gather_calls = 0;
+  int64_t all_gather_bytes = 0;
+  int64_t broadcast_calls = 0;
+  int64_t broadcast_bytes = 0;
+  int64_t send_bytes = 0;
+  int64_t recv_bytes = 0;
+  int64_t barrier_calls = 0;
+};
+
+// A subgroup of the world's ranks with a c10d process group of its own (torch.distributed's
+// new_group): collectives and messages on it involve its members only, with the world's
+// timeout (KIT_DIST_TIMEOUT) and counters of its own. Inside a group, ranks are group ranks:
+// rank() is this process's position in ranks(), and the src of broadcast and the peer of
+// send/recv are group ranks, so code written for "rank r of p" runs unchanged on a group.
+// A Group is a handle: copies share the one process group.
+class Group {
+ public:
+  Group() = default;                    // no group: every use is a kit::Error
+  bool is_member() const;               // this process is one of ranks()
+  int rank() const;                     // this process's group rank (kit::Error for a non-member)
+  int size() const;                     // number of members
+  const std::vector<int>& ranks() const;  // the world rank of each group rank
+  const std::string& name() const;      // "world", or new_group's name
+  Counters counters() const;            // what this process communicated on this group
+  void reset_counters() const;
+  struct State;  // dist.cpp's: the members, the c10d process group, the counters
+  explicit Group(std::shared_ptr<State> s) : s_(std::move(s)) {}
+  State& state(const char* what) const;  // kit::Error for Group() or after destroy_process_group
+
+ private:
+  std::shared_ptr<State> s_;
+};
+
+// The world as a Group (every rank; group rank = world rank).
+Group world_group();
+
+// Creates the group of these world ranks (group rank i is ranks[i]). Like
+// torch.distributed.new_group, every rank of the world calls it for every group, in the
+// same order, members and non-members alike: a non-member gets a handle that is not a
+// member at once, the members meet through the store under the prefix "kit-group/<name>/"
+// (name: by default the ranks, e.g. "0,2,4"). Calling it again with the same name and ranks
+// returns the same group. Throws kit::Error for an empty list, a rank outside the world, a
+// rank listed twice, or a name already used for other ranks; CommError when the members
+// do not all show up within the timeout.
+Group new_group(const std::vector<int>& ranks, const std::string& name = "");
+
 // Creates this process's group. backend: "gloo" or "nccl". The rendezvous address and
 // port come from MASTER_ADDR (default 127.0.0.1) and MASTER_PORT (required).
 // Throws kit::Error for a bad rank/world size, an unknown or compiled-out backend,
@@ -62,6 +120,11 @@ torch::Device device();          // where this rank computes: cpu for gloo, cuda
 // it is passed as const& like LibTorch's own in-place ops); a non-contiguous tensor is
 // copied to a contiguous buffer and back.
 void all_reduce(const torch::Tensor& tensor, ReduceOp op = ReduceOp::SUM);
+// The same over the members of `group` (this process must be one).
+void all_reduce(const torch::Tensor& tensor, ReduceOp op, const Group& group);
+
+// Every member's `tensor` (same shape and dtype on all), in group-rank order.
+std::vector<torch::Tensor> all_gather(const torch::Tensor& tensor, const Group& group);
 
 // A collective or point-to-point message that has been started and may still be running
 // (torch.distributed's async_op=True, isend, irecv). wait() blocks until it is done and throws CommError when it failed;
@@ -85,10 +148,15 @@ class Work {
 // (the rest of backward) can go on while it runs; see data_parallel/grad_buckets.h.
 // The tensor must not be read or written until wait() returns.
 Work all_reduce_async(const torch::Tensor& tensor, ReduceOp op = ReduceOp::SUM);
+Work all_reduce_async(const torch::Tensor& tensor, ReduceOp op, const Group& group);
 void broadcast(const torch::Tensor& tensor, int src);
+void broadcast(const torch::Tensor& tensor, int src, const Group& group);  // src: a group rank
 void barrier();
+void barrier(const Group& group);
 void send(const torch::Tensor& tensor, int dst, int tag = 0);
 void recv(const torch::Tensor& tensor, int src, int tag = 0);
+void send(const torch::Tensor& tensor, int dst, int tag, const Group& group);  // dst, src: group ranks
+void recv(const torch::Tensor& tensor, int src, int tag, const Group& group);
 
 // Point-to-point, started and returned at once (torch.distributed's isend / irecv).
 // wait() finishes them, with the same timeout and CommError as every other call.
@@ -100,6 +168,10 @@ void recv(const torch::Tensor& tensor, int src, int tag = 0);
 // channel: 0 is the world's group; others come from open_channel.
 Work send_async(const torch::Tensor& tensor, int dst, int tag = 0, int channel = 0);
 Work recv_async(const torch::Tensor& tensor, int src, int tag = 0, int channel = 0);
+// The same inside a group (dst, src: group ranks). A group's own channels are groups of the
+// same ranks under other names: new_group(g.ranks(), g.name() + "/up").
+Work send_async(const torch::Tensor& tensor, int dst, int tag, const Group& group);
+Work recv_async(const torch::Tensor& tensor, int src, int tag, const Group& group);
 
 // A channel is one more process group over the same ranks, for point-to-point messages
 // that must not queue behind other traffic. NCCL runs the operations between two ranks in
@@ -118,18 +190,8 @@ void broadcast_parameters(torch::nn::Module& model, int src = 0);
 // then releases the group. Safe to call when not initialised.
 void destroy_process_group();
 
-// What this process has communicated since the last reset. Tests use these to catch a
-// gradient reduced twice or not at all: after one data-parallel step the all-reduced
-// bytes must equal the model's unique parameter bytes exactly.
-struct Counters {
-  int64_t all_reduce_calls = 0;
-  int64_t all_reduce_bytes = 0;
-  int64_t broadcast_calls = 0;
-  int64_t broadcast_bytes = 0;
-  int64_t send_bytes = 0;
-  int64_t recv_bytes = 0;
-  int64_t barrier_calls = 0;
-};
+// What this process has communicated on all groups together since the last reset (a
+// group's own: Group::counters()). reset_counters() resets every group's too.
 Counters counters();
 void reset_counters();
 

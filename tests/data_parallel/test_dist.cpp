@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -163,6 +164,85 @@ void helper_collectives(int rank, int W) {
   EXPECT_EQ(c.recv_bytes, 12);
 }
 
+// Four ranks as a 2 x 2 grid: tensor groups {0,1} {2,3}, data groups {0,2} {1,3} (every
+// rank creates all four, in the same order, as Problem 6's grid does).
+void helper_subgroups(int rank, int W) {
+  ASSERT_EQ(W, 4);
+  std::vector<dist::Group> tp = {dist::new_group({0, 1}, "tp0"), dist::new_group({2, 3}, "tp1")};
+  std::vector<dist::Group> dp = {dist::new_group({0, 2}, "dp0"), dist::new_group({1, 3}, "dp1")};
+  const dist::Group& my_tp = tp[rank / 2];
+  const dist::Group& my_dp = dp[rank % 2];
+  ASSERT_TRUE(my_tp.is_member());
+  ASSERT_FALSE(tp[1 - rank / 2].is_member());
+  EXPECT_EQ(my_tp.rank(), rank % 2) << "group rank = position in the list of ranks";
+  EXPECT_EQ(my_dp.rank(), rank / 2);
+  EXPECT_EQ(my_dp.size(), 2);
+  EXPECT_EQ(my_dp.ranks(), (std::vector<int>{rank % 2, rank % 2 + 2}));
+  dist::reset_counters();
+
+  auto a = torch::full({5}, static_cast<float>(rank + 1));
+  dist::all_reduce(a, dist::ReduceOp::SUM, my_tp);  // {0,1}: 1+2, {2,3}: 3+4
+  EXPECT_TRUE(torch::equal(a, torch::full({5}, rank < 2 ? 3.0f : 7.0f))) << "tensor-group SUM: " << a;
+  auto d = torch::full({3}, static_cast<float>(rank + 1));
+  dist::all_reduce(d, dist::ReduceOp::SUM, my_dp);  // {0,2}: 1+3, {1,3}: 2+4
+  EXPECT_TRUE(torch::equal(d, torch::full({3}, rank % 2 == 0 ? 4.0f : 6.0f))) << "data-group SUM: " << d;
+
+  auto gathered = dist::all_gather(torch::full({2}, static_cast<float>(10 * rank)), my_tp);
+  ASSERT_EQ(gathered.size(), 2u);
+  for (int i = 0; i < 2; ++i)
+    EXPECT_TRUE(torch::equal(gathered[i], torch::full({2}, static_cast<float>(10 * my_tp.ranks()[i]))))
+        << "all_gather slot " << i << ": " << gathered[i];
+
+  auto b = torch::full({4}, static_cast<float>(rank));
+  dist::broadcast(b, /*group rank*/ 1, my_dp);  // from world rank 2 or 3
+  EXPECT_TRUE(torch::equal(b, torch::full({4}, static_cast<float>(my_dp.ranks()[1])))) << "group broadcast: " << b;
+
+  // Group ranks for messages: group rank 0 sends to group rank 1 in each data group.
+  auto msg = torch::full({6}, static_cast<float>(rank));
+  if (my_dp.rank() == 0)
+    dist::send_async(msg, 1, 0, my_dp).wait();
+  else
+    dist::recv_async(msg, 0, 0, my_dp).wait();
+  EXPECT_TRUE(torch::equal(msg, torch::full({6}, static_cast<float>(rank % 2)))) << "group send/recv: " << msg;
+
+  // Counters per group, and the process's totals over all of them.
+  EXPECT_EQ(my_tp.counters().all_reduce_calls, 1);
+  EXPECT_EQ(my_tp.counters().all_reduce_bytes, 5 * 4);
+  EXPECT_EQ(my_tp.counters().all_gather_calls, 1);
+  EXPECT_EQ(my_tp.counters().all_gather_bytes, 2 * 4);
+  EXPECT_EQ(my_dp.counters().all_reduce_calls, 1);
+  EXPECT_EQ(my_dp.counters().broadcast_calls, 1);
+  EXPECT_EQ(my_dp.counters().send_bytes + my_dp.counters().recv_bytes, 6 * 4);
+  EXPECT_EQ(dist::counters().all_reduce_calls, 2);
+  EXPECT_EQ(dist::counters().all_reduce_bytes, (5 + 3) * 4);
+  EXPECT_EQ(dist::world_group().counters().all_reduce_calls, 0);
+
+  // Clear errors: a group this rank is not in, bad lists, a name reused for other ranks.
+  try {
+    dist::all_reduce(a, dist::ReduceOp::SUM, tp[1 - rank / 2]);
+    ADD_FAILURE() << "an all_reduce on a group this rank is not in must throw";
+  } catch (const kit::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("not a member of group tp"), std::string::npos) << e.what();
+  }
+  auto error_of = [](const std::function<void()>& f) {
+    try {
+      f();
+    } catch (const kit::Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  EXPECT_NE(error_of([] { dist::new_group({0, 4}); }).find("rank 4 is not in the world of 4"), std::string::npos);
+  EXPECT_NE(error_of([] { dist::new_group({1, 1}); }).find("listed twice"), std::string::npos);
+  EXPECT_NE(error_of([] { dist::new_group({}); }).find("empty"), std::string::npos);
+  EXPECT_NE(error_of([] { dist::new_group({0, 3}, "tp0"); }).find("already the group of ranks 0,1"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { dist::all_reduce(torch::ones({1}), dist::ReduceOp::SUM, dist::Group()); }).find("empty"),
+            std::string::npos);
+  EXPECT_TRUE(dist::new_group({0, 1}, "tp0").is_member() == (rank < 2)) << "the same name and ranks: the same group";
+  dist::barrier();
+}
+
 TEST(DistRankHelper, Run) {
   const char* role_env = std::getenv("KIT_TEST_DIST_ROLE");
   if (!role_env) GTEST_SKIP() << "runs only as a rank started by the DistAcrossProcesses tests";
@@ -180,6 +260,27 @@ TEST(DistRankHelper, Run) {
   ASSERT_EQ(dist::get_world_size(), W);
   if (role == "collectives") {
     helper_collectives(rank, W);
+  } else if (role == "subgroups") {
+    helper_subgroups(rank, W);
+  } else if (role == "stalled_group_peer") {
+    // Ranks 2 and 3 form a group; rank 3 never calls its all_reduce. Rank 2 must give up
+    // within the timeout with a message that names the group; ranks 0 and 1 are not held.
+    auto g = dist::new_group({2, 3}, "pair");
+    if (rank == 3) std::this_thread::sleep_for(std::chrono::seconds(8));  // alive, never calls
+    if (rank == 2) {
+      auto t = torch::ones({10});
+      const auto t0 = Clock::now();
+      try {
+        dist::all_reduce(t, dist::ReduceOp::SUM, g);
+        ADD_FAILURE() << "all_reduce returned although rank 3 never joined it";
+      } catch (const dist::CommError& e) {
+        const std::string msg = e.what();
+        EXPECT_NE(msg.find("group pair"), std::string::npos) << msg;
+        EXPECT_NE(msg.find("KIT_DIST_TIMEOUT"), std::string::npos) << msg;
+      }
+      std::cout << "stalled group member noticed after " << seconds_since(t0) << " s" << std::endl;
+    }
+    std::_Exit(::testing::Test::HasFailure() ? 1 : 0);
   } else if (role == "dead_peer") {
     if (rank == 1) std::_Exit(0);  // leaves without a word
     auto t = torch::ones({1000});
@@ -213,6 +314,20 @@ TEST(DistAcrossProcesses, CollectivesAgreeOnTwoAndThreeRanks) {
     for (int r = 0; r < world; ++r)
       EXPECT_EQ(run.exitcodes[r], 0) << "world " << world << ", rank " << r << " failed:" << logs_of(run);
   }
+}
+
+TEST(DistAcrossProcesses, SubgroupsCommunicateAmongTheirMembersOnly) {
+  dp_test::TempDir dir("subgroups");
+  RankRun run = run_ranks(4, "subgroups", {{"KIT_DIST_TIMEOUT", "30"}}, dir, 90);
+  for (int r = 0; r < 4; ++r) EXPECT_EQ(run.exitcodes[r], 0) << "rank " << r << " failed:" << logs_of(run);
+}
+
+TEST(DistAcrossProcesses, AStalledGroupMemberTimesOutNamingTheGroup) {
+  dp_test::TempDir dir("stall_group");
+  RankRun run = run_ranks(4, "stalled_group_peer", {{"KIT_DIST_TIMEOUT", "2"}}, dir, 60);
+  for (int r : {0, 1, 2}) EXPECT_EQ(run.exitcodes[r], 0) << "rank " << r << ":" << logs_of(run);
+  EXPECT_NE(run.logs[2].find("stalled group member noticed after"), std::string::npos) << logs_of(run);
+  EXPECT_LT(run.seconds, 30) << "a 2 s timeout took " << run.seconds << " s" << logs_of(run);
 }
 
 TEST(DistAcrossProcesses, ADeadPeerIsAnErrorWithinSeconds) {
