@@ -1,0 +1,115 @@
+// Problem 4.5: tiny GPT-2 built from the parallel layers on t = 1, 2, 4 ranks equals the
+// one-process model: logits (gathered), loss, every gradient (gathered as the checkpoint is),
+// and the parameters after 3 AdamW steps. Tolerance: 1e-5 + 1e-4 |want| elementwise
+// (float32 sums in another order).
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "model/checkpoint.h"
+#include "tensor_parallel/mappings.h"
+#include "tensor_parallel/model.h"
+#include "tensor_parallel/sharding.h"
+#include "tp_test_util.h"
+#include "train/loop.h"
+#include "train/loss.h"
+
+namespace {
+namespace tp = kit::tp;
+using tp_test::excess;
+
+constexpr int64_t kBatch = 4, kSeqLen = 8, kVocab = 64;
+
+kit::GPT2 full_model() {
+  kit::GPT2Config cfg = kit::gpt2_preset("tiny");
+  cfg.dropout = 0;
+  cfg.n_layer = 2;
+  cfg.n_head = 4;  // the tiny preset's 2 heads cannot be split 4 ways
+  return kit::build_model(cfg, kVocab, kSeqLen, 11);
+}
+
+struct Batch {
+  torch::Tensor idx, labels, mask;
+};
+Batch batch(int64_t k = 0) {
+  torch::manual_seed(5 + static_cast<uint64_t>(k));
+  auto t = torch::randint(kVocab, {kBatch, kSeqLen + 1}, torch::kInt64);
+  auto mask = torch::ones({kBatch, kSeqLen});
+  mask.narrow(1, 0, 3).narrow(0, 1, 1).zero_();  // a row with fewer counted tokens
+  return {t.narrow(1, 0, kSeqLen).contiguous(), t.narrow(1, 1, kSeqLen).contiguous(), mask};
+}
+
+// The whole model's dict of gradients, gathered like the parameters (sharding.h).
+kit::TensorDict gathered_grads(const tp::TensorParallelGPT2Impl& model) {
+  const int64_t t = model.group().size();
+  std::vector<kit::TensorDict> shards(static_cast<size_t>(t));
+  for (const auto& p : model.named_parameters()) {
+    EXPECT_TRUE(p.value().grad().defined()) << p.key() << " got no gradient";
+    auto g = p.value().grad().defined() ? p.value().grad() : torch::zeros_like(p.value());
+    auto parts = kit::dist::all_gather(g.contiguous(), model.group());
+    for (int64_t r = 0; r < t; ++r) shards[static_cast<size_t>(r)].insert(p.key(), parts[static_cast<size_t>(r)]);
+  }
+  return tp::merge_state_dicts(shards);
+}
+
+TP_ROLE(model_forward_backward) {
+  auto full = full_model();
+  tp::TensorParallelGPT2 model(full->config(), group);
+  model->load_full(*full);
+  const Batch b = batch();
+
+  auto want_logits = full->forward(b.idx);
+  auto want_loss = kit::masked_cross_entropy(want_logits, b.labels, b.mask);
+  want_loss.backward();
+
+  auto local = model->forward(b.idx);
+  const int64_t part = kVocab / group.size();
+  EXPECT_EQ(local.size(-1), part) << "each rank holds only its vocabulary slice of the logits";
+  EXPECT_LE(excess(local.detach(), want_logits.detach().narrow(-1, model->wte->vocab_start, part)), 0)
+      << "this rank's logits slice differs from the full model's";
+  auto loss = tp::vocab_parallel_cross_entropy(local, b.labels, b.mask, model->wte->vocab_start, group);
+  EXPECT_NEAR(loss.item<double>(), want_loss.item<double>(), 1e-5 + 1e-4 * want_loss.item<double>());
+  loss.backward();
+
+  auto grads = gathered_grads(*model);
+  for (const auto& p : full->named_parameters()) {
+    ASSERT_TRUE(grads.contains(p.key())) << p.key();
+    const auto& g = grads.at(p.key());
+    EXPECT_LE(excess(g, p.value().grad()), 0)
+        << p.key() << ": gathered gradient differs from the full model's by up to "
+        << (g - p.value().grad()).abs().max().item<double>();
+  }
+}
+
+TP_ROLE(model_adamw_steps) {
+  auto full = full_model();
+  tp::TensorParallelGPT2 model(full->config(), group);
+  model->load_full(*full);
+  torch::optim::AdamW want_opt(full->parameters(), torch::optim::AdamWOptions(1e-3).weight_decay(0.1));
+  torch::optim::AdamW opt(model->parameters(), torch::optim::AdamWOptions(1e-3).weight_decay(0.1));
+  for (int64_t k = 0; k < 3; ++k) {
+    const Batch b = batch(k);
+    want_opt.zero_grad();
+    kit::masked_cross_entropy(full->forward(b.idx), b.labels, b.mask).backward();
+    want_opt.step();
+    opt.zero_grad();
+    model->loss(b.idx, b.labels, b.mask).backward();
+    opt.step();
+  }
+  const kit::TensorDict got = model->full_state_dict();
+  for (const auto& p : full->named_parameters()) {
+    ASSERT_TRUE(got.contains(p.key())) << p.key();
+    EXPECT_LE(excess(got.at(p.key()), p.value().detach()), 0)
+        << p.key() << " after 3 AdamW steps differs by up to "
+        << (got.at(p.key()) - p.value().detach()).abs().max().item<double>();
+  }
+}
+
+TEST(TPModel, LogitsLossAndEveryGradientEqualOneProcess) {
+  for (int t : {1, 2, 4}) tp_test::expect_all_ranks_pass(tp_test::run_ranks(t, "model_forward_backward"), t, "GPT-2");
+}
+
+TEST(TPModel, ParametersAfterThreeAdamWStepsGatheredEqualOneProcess) {
+  for (int t : {1, 2, 4}) tp_test::expect_all_ranks_pass(tp_test::run_ranks(t, "model_adamw_steps"), t, "AdamW");
+}
+
+}  // namespace
