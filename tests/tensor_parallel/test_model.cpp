@@ -112,4 +112,43 @@ TEST(TPModel, ParametersAfterThreeAdamWStepsGatheredEqualOneProcess) {
   for (int t : {1, 2, 4}) tp_test::expect_all_ranks_pass(tp_test::run_ranks(t, "model_adamw_steps"), t, "AdamW");
 }
 
+// Given code (sharding.cpp) around shard_qkv (Problem 4.3): t shards put back together are
+// the checkpoint they came from, bit for bit, and each shard has its 1/t share.
+TEST(TPModel, ShardThenMergeRoundTripsAFullStateDict) {
+  const auto full = full_model();
+  const kit::TensorDict dict = kit::state_dict(*full);
+  const int64_t C = full->config().n_embd;
+  for (int64_t t : {1, 2, 4}) {
+    std::vector<kit::TensorDict> shards;
+    for (int64_t r = 0; r < t; ++r) shards.push_back(tp::shard_state_dict(dict, r, t));
+    EXPECT_EQ(shards[0].at("h.0.attn.c_attn.weight").sizes(), (std::vector<int64_t>{3 * C / t, C})) << "t = " << t;
+    EXPECT_EQ(shards[0].at("wte.weight").size(0), kVocab / t) << "t = " << t;
+    const kit::TensorDict merged = tp::merge_state_dicts(shards);
+    for (const auto& kv : dict) {
+      if (kv.key() == "lm_head.weight") continue;  // wte.weight again (tied)
+      ASSERT_TRUE(merged.contains(kv.key())) << kv.key() << " is missing after the round trip, t = " << t;
+      EXPECT_TRUE(torch::equal(merged.at(kv.key()), kv.value())) << kv.key() << " changed in the round trip, t = " << t;
+    }
+    EXPECT_EQ(merged.size(), dict.size() - (dict.contains("lm_head.weight") ? 1 : 0)) << "t = " << t;
+  }
+}
+
+TP_ROLE(model_sizes_not_divisible) {  // t = 2
+  kit::GPT2Config heads = tp_test::tiny_config();
+  heads.n_head = 3;
+  heads.n_embd = 48;
+  tp_test::expect_error_naming([&] { tp::TensorParallelGPT2(heads, group); }, {"n_head (3)", "t = 2"},
+                               "3 heads on 2 ranks");
+  tp_test::expect_error_naming([&] { tp::TensorParallelGPT2(tp_test::tiny_config(63), group); },
+                               {"vocab_size (63)", "t = 2", "--vocab-size"}, "a vocabulary of 63 on 2 ranks");
+}
+
+// Given code (check_divisible, the model's constructor): passes with the starter's stubs too.
+TEST(TPModel, SizesThatTDoesNotDivideAreAnErrorNamingTheSize) {
+  kit::GPT2Config hidden = tp_test::tiny_config();
+  hidden.n_embd = 30;  // n_head 4 divides by t = 4, n_embd does not (a config that no model has)
+  tp_test::expect_error_naming([&] { tp::check_divisible(hidden, 4); }, {"n_embd (30)", "t = 4"}, "n_embd 30, t = 4");
+  tp_test::expect_all_ranks_pass(tp_test::run_ranks(2, "model_sizes_not_divisible"), 2, "sizes");
+}
+
 }  // namespace

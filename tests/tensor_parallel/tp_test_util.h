@@ -19,6 +19,8 @@
 #include "data_parallel/dp_test_util.h"
 #include "dist/dist.h"
 #include "dist/launch.h"
+#include "kit/config.h"
+#include "kit/errors.h"
 
 namespace tp_test {
 namespace fs = std::filesystem;
@@ -101,6 +103,72 @@ inline void expect_all_ranks_pass(const RankRun& run, int t, const std::string& 
 inline double excess(const torch::Tensor& actual, const torch::Tensor& expected, double atol = 1e-5,
                      double rtol = 1e-4) {
   return ((actual - expected).abs() - (atol + rtol * expected.abs())).max().item<double>();
+}
+
+// actual has expected's shape and is within excess's tolerance of it (NaN never is).
+inline ::testing::AssertionResult close(const torch::Tensor& actual, const torch::Tensor& expected,
+                                        double atol = 1e-5, double rtol = 1e-4) {
+  if (!actual.defined()) return ::testing::AssertionFailure() << "is undefined (no gradient reached it?)";
+  if (actual.sizes() != expected.sizes())
+    return ::testing::AssertionFailure() << "has shape " << actual.sizes() << ", expected " << expected.sizes();
+  const auto a = actual.detach().to(torch::kFloat64), e = expected.detach().to(torch::kFloat64);
+  if (excess(a, e, atol, rtol) <= 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "differs by up to " << (a - e).abs().max().item<double>();
+}
+
+// The tiny GPT-2 configuration of these tests: 4 heads (the preset's 2 cannot be split 4 ways),
+// n_embd 32, no dropout (every rank and the single-device layer must compute the same thing).
+inline kit::GPT2Config tiny_config(int64_t vocab = 64) {
+  kit::GPT2Config cfg = kit::gpt2_preset("tiny");
+  cfg.dropout = 0;
+  cfg.n_layer = 2;
+  cfg.n_head = 4;
+  cfg.vocab_size = vocab;
+  return cfg;
+}
+
+// Rank r's rows of a fused q|k|v tensor (3C rows), written out independently of shard_qkv:
+// the rows of q, k and v that rank r's heads own.
+inline torch::Tensor qkv_rows(const torch::Tensor& full, int64_t r, int64_t t) {
+  const int64_t C = full.size(0) / 3, part = C / t;
+  return torch::cat({full.narrow(0, r * part, part), full.narrow(0, C + r * part, part),
+                     full.narrow(0, 2 * C + r * part, part)});
+}
+
+// Rank r's share of a full layer's tensor `name` (a parameter or its gradient), by the
+// Megatron split: c_attn q|k|v rows, c_fc rows, c_proj weight columns, the rest whole.
+inline torch::Tensor expected_share(const std::string& name, const torch::Tensor& full, int64_t r, int64_t t) {
+  const auto has = [&](const char* s) { return name.find(s) != std::string::npos; };
+  if (has("c_attn.")) return qkv_rows(full, r, t);
+  if (has("c_fc.")) return full.narrow(0, r * full.size(0) / t, full.size(0) / t);
+  if (has("c_proj.weight")) return full.narrow(1, r * full.size(1) / t, full.size(1) / t);
+  return full;
+}
+
+// Every parameter of the parallel module has the gradient of the full module's parameter of
+// the same name, this rank's share of it.
+inline void expect_grads_are_shares(const torch::nn::Module& par, const torch::nn::Module& full,
+                                    const dist::Group& group) {
+  const auto want = full.named_parameters();
+  for (const auto& p : par.named_parameters()) {
+    ASSERT_TRUE(want.contains(p.key())) << p.key() << " is not a parameter of the full layer";
+    const auto& w = want[p.key()];
+    ASSERT_TRUE(w.grad().defined()) << p.key();
+    EXPECT_TRUE(close(p.value().grad(), expected_share(p.key(), w.grad(), group.rank(), group.size())))
+        << p.key() << "'s gradient, rank " << group.rank() << " of " << group.size();
+  }
+}
+
+// fn() throws kit::Error whose message contains every one of `parts`.
+template <typename Fn>
+void expect_error_naming(Fn fn, const std::vector<std::string>& parts, const std::string& what) {
+  try {
+    fn();
+    ADD_FAILURE() << what << ": no kit::Error";
+  } catch (const kit::Error& e) {
+    const std::string msg = e.what();
+    for (const auto& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << what << ": \"" << p << "\" not in: " << msg;
+  }
 }
 
 }  // namespace tp_test

@@ -1,0 +1,100 @@
+// Problem 4.3: shard_qkv, ParallelAttention, ParallelMLP and ParallelBlock on t = 1, 2, 4
+// ranks against the CausalSelfAttention, MLP and Block (model/gpt2.h) every rank builds from
+// the same seed: output, input gradient, and each parameter's gradient equal to this rank's
+// share of the full layer's (tp_test::expected_share). A block communicates exactly twice
+// forward and twice backward, each time B*T*C values (counted on the group).
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "model/gpt2.h"
+#include "tensor_parallel/blocks.h"
+#include "tp_test_util.h"
+
+namespace {
+namespace tp = kit::tp;
+using tp_test::close;
+
+constexpr int64_t kB = 2, kT = 6;
+
+// Runs the single-device layer and the parallel one on the same input and upstream
+// gradient, and compares output, input gradient and every parameter gradient.
+template <typename Full, typename Par>
+void expect_parallel_equals_full(Full full, Par par, const kit::dist::Group& group, const char* what) {
+  par->load_full(*full);
+  const int64_t C = tp_test::tiny_config().n_embd;
+  torch::manual_seed(7);
+  const torch::Tensor x0 = torch::randn({kB, kT, C}), G = torch::randn({kB, kT, C});
+  auto xf = x0.clone().requires_grad_(true);
+  auto want = full(xf);
+  (want * G).sum().backward();
+
+  auto x = x0.clone().requires_grad_(true);
+  auto y = par(x);
+  EXPECT_TRUE(close(y, want)) << what << " output, rank " << group.rank() << " of " << group.size();
+  (y * G).sum().backward();
+  EXPECT_TRUE(close(x.grad(), xf.grad())) << what << " input gradient, rank " << group.rank();
+  tp_test::expect_grads_are_shares(*par, *full, group);
+}
+
+TEST(TPBlock, ShardQkvTakesEachRanksHeadsRowsOfQKAndV) {
+  const int64_t C = 8;
+  const auto weight = torch::arange(3 * C * 5, torch::kFloat32).view({3 * C, 5});
+  const auto bias = torch::arange(3 * C, torch::kFloat32);
+  for (int64_t t : {1, 2, 4})
+    for (int64_t r = 0; r < t; ++r) {
+      EXPECT_TRUE(close(tp::shard_qkv(weight, r, t), tp_test::qkv_rows(weight, r, t), 0, 0))
+          << "c_attn weight, rank " << r << " of " << t << ": q's rows of its heads, then k's, then v's";
+      EXPECT_TRUE(close(tp::shard_qkv(bias, r, t), tp_test::qkv_rows(bias, r, t), 0, 0))
+          << "c_attn bias, rank " << r << " of " << t;
+    }
+}
+
+TP_ROLE(parallel_attention) {
+  torch::manual_seed(3);
+  expect_parallel_equals_full(kit::CausalSelfAttention(tp_test::tiny_config()),
+                              tp::ParallelAttention(tp_test::tiny_config(), group), group, "attention");
+}
+
+TP_ROLE(parallel_mlp) {
+  torch::manual_seed(3);
+  expect_parallel_equals_full(kit::MLP(tp_test::tiny_config()), tp::ParallelMLP(tp_test::tiny_config(), group),
+                              group, "MLP");
+}
+
+TP_ROLE(parallel_block) {
+  torch::manual_seed(3);
+  const auto cfg = tp_test::tiny_config();
+  kit::Block full(cfg);
+  tp::ParallelBlock par(cfg, group);
+  expect_parallel_equals_full(full, par, group, "block");
+
+  // Megatron's count: g after attention and after the MLP forward, f before each backward.
+  par->zero_grad();
+  torch::manual_seed(8);
+  auto x = torch::randn({kB, kT, cfg.n_embd}, torch::requires_grad());
+  group.reset_counters();
+  auto y = par(x);
+  const auto fwd = group.counters();
+  y.backward(torch::randn_like(y));
+  const auto all = group.counters();
+  const int64_t activation_bytes = kB * kT * cfg.n_embd * 4;
+  EXPECT_EQ(fwd.all_reduce_calls, 2) << "a block's forward all-reduces exactly twice (attention's and the MLP's g)";
+  EXPECT_EQ(all.all_reduce_calls - fwd.all_reduce_calls, 2)
+      << "a block's backward all-reduces exactly twice (attention's and the MLP's f)";
+  EXPECT_EQ(all.all_reduce_bytes, 4 * activation_bytes) << "each all-reduce carries B*T*C float32 values";
+  EXPECT_EQ(all.all_gather_calls, 0) << "a block never gathers";
+}
+
+TEST(TPBlock, ParallelAttentionEqualsCausalSelfAttention) {
+  for (int t : {1, 2, 4}) tp_test::expect_all_ranks_pass(tp_test::run_ranks(t, "parallel_attention"), t, "attention");
+}
+
+TEST(TPBlock, ParallelMLPEqualsMLP) {
+  for (int t : {1, 2, 4}) tp_test::expect_all_ranks_pass(tp_test::run_ranks(t, "parallel_mlp"), t, "MLP");
+}
+
+TEST(TPBlock, ParallelBlockEqualsBlockWithTwoAllReducesForwardAndTwoBackward) {
+  for (int t : {1, 2, 4}) tp_test::expect_all_ranks_pass(tp_test::run_ranks(t, "parallel_block"), t, "block");
+}
+
+}  // namespace

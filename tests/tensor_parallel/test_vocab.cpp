@@ -1,0 +1,87 @@
+// Problem 4.4: the vocab-parallel embedding and cross-entropy on t = 1, 2, 4 ranks against
+// torch::nn::Embedding and kit::masked_cross_entropy on the whole vocabulary. The tokens and
+// labels fall in every rank's range; the loss is also checked with logits around 1e4, where
+// exp overflows float32 unless the global max is subtracted first.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cmath>
+
+#include "tensor_parallel/vocab.h"
+#include "tp_test_util.h"
+#include "train/loss.h"
+
+namespace {
+namespace tp = kit::tp;
+using tp_test::close;
+
+constexpr int64_t kVocab = 64, kDim = 16;
+
+TP_ROLE(vocab_parallel_embedding) {
+  const int64_t r = group.rank(), part = kVocab / group.size();
+  torch::manual_seed(4);
+  torch::nn::Embedding full(kVocab, kDim);
+  // Every token once (so every rank's range), then some repeated ones.
+  const auto ids = torch::cat({torch::randperm(kVocab).view({4, 16}), torch::randint(kVocab, {4, 8})}, 1);
+  const auto G = torch::randn({4, 24, kDim});
+  auto want = full(ids);
+  (want * G).sum().backward();
+
+  tp::VocabParallelEmbedding par(kVocab, kDim, group);
+  par->load_full(full->weight.detach());
+  ASSERT_EQ(par->vocab_start, r * part);
+  auto got = par(ids);
+  EXPECT_TRUE(close(got, want)) << "embeddings of tokens from every rank's range, rank " << r << " of "
+                                << group.size() << " (tokens outside a rank's range must count as zeros there)";
+  (got * G).sum().backward();
+  EXPECT_TRUE(close(par->weight.grad(), full->weight.grad().narrow(0, r * part, part)))
+      << "this rank's rows of the embedding gradient";
+}
+
+// Logits (B, T, V) = offset + scale * N(0, 1); labels in every rank's range; a mask with a
+// row that counts nothing and a row that counts part of its tokens.
+void expect_cross_entropy_equal(const kit::dist::Group& group, double offset, double scale) {
+  const int64_t r = group.rank(), part = kVocab / group.size(), B = 3, T = 5;
+  torch::manual_seed(6);
+  const auto logits = offset + scale * torch::randn({B, T, kVocab});
+  auto labels = torch::randint(kVocab, {B, T}, torch::kInt64);
+  labels[0] = torch::tensor({0, 17, 34, 51, 63}, torch::kInt64);  // one in each quarter of the vocabulary
+  auto mask = torch::ones({B, T});
+  mask[1].zero_();
+  mask[2].narrow(0, 0, 2).zero_();
+
+  auto full = logits.clone().requires_grad_(true);
+  auto want = kit::masked_cross_entropy(full, labels, mask);
+  want.backward();
+  ASSERT_TRUE(std::isfinite(want.item<double>())) << "the reference loss itself is not finite";
+
+  auto local = logits.narrow(-1, r * part, part).clone().requires_grad_(true);
+  auto got = tp::vocab_parallel_cross_entropy(local, labels, mask, r * part, group);
+  ASSERT_EQ(got.dim(), 0) << "the loss is a scalar";
+  EXPECT_TRUE(close(got, want)) << "loss " << got.item<double>() << ", expected " << want.item<double>()
+                                << " (logits around " << offset << "), rank " << r << " of " << group.size();
+  got.backward();
+  EXPECT_TRUE(close(local.grad(), full.grad().narrow(-1, r * part, part)))
+      << "gradient of this rank's logits slice (logits around " << offset << ")";
+}
+
+TP_ROLE(vocab_parallel_cross_entropy) { expect_cross_entropy_equal(group, 0, 3); }
+TP_ROLE(vocab_parallel_cross_entropy_large_logits) { expect_cross_entropy_equal(group, 1e4, 2); }
+
+TEST(TPVocab, EmbeddingEqualsFullEmbeddingForTokensOfEveryRank) {
+  for (int t : {1, 2, 4})
+    tp_test::expect_all_ranks_pass(tp_test::run_ranks(t, "vocab_parallel_embedding"), t, "embedding");
+}
+
+TEST(TPVocab, CrossEntropyEqualsMaskedCrossEntropy) {
+  for (int t : {1, 2, 4})
+    tp_test::expect_all_ranks_pass(tp_test::run_ranks(t, "vocab_parallel_cross_entropy"), t, "cross-entropy");
+}
+
+TEST(TPVocab, CrossEntropyOfLogitsAround1e4IsFiniteAndEqual) {
+  for (int t : {1, 2, 4})
+    tp_test::expect_all_ranks_pass(tp_test::run_ranks(t, "vocab_parallel_cross_entropy_large_logits"), t,
+                                   "cross-entropy, logits around 1e4");
+}
+
+}  // namespace
