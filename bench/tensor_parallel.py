@@ -150,7 +150,8 @@ def markdown(s):
             ar = r.get("all_reduce_bytes_per_step", 0)
             out.append(f"| {r['label']} | {r['processes']} | {r['tokens_per_s']:.0f} | {1e3 * r['step_time_s']:.1f} ms "
                        f"| {1e3 * r['comm_s_per_step']:.1f} ms | {mib(ar)}{' (computed)' if r.get('all_reduce_bytes_computed') else ''} "
-                       f"| {mib(r['parameter_bytes_per_rank'][0]['total'])} | {mib(r['optimizer_state_bytes_per_rank'][0])} |")
+                       f"| {mib(r['parameter_bytes_per_rank'][0]['total'])} | {mib(r['optimizer_state_bytes_per_rank'][0])}"
+                       f"{' (computed)' if r['name'] == 'dp' else ''} |")
         tp = p["runs"][1]
         b = p["blocks_per_rank"]
         out += ["", f"TP all-reduced {mib(tp['all_reduce_bytes_per_step'])} per step in "
