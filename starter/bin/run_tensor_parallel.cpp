@@ -302,7 +302,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--save-checkpoint", o.save_checkpoint,
                  "After training, gather the shards and write the whole model here (the first assignment's "
-                 "checkpoint format, read by train --init-from, kit::import_checkpoint and torch.load)");
+                 "checkpoint format, read by train --init, kit::import_checkpoint and torch.load)");
   app.add_option("--init-from", o.init_from, "Start from this whole-model checkpoint instead of --seed's weights");
   app.add_flag("!--no-progress", o.run.train.progress, "Do not print the loss of every step");
   return kit::guarded_main(argc, argv, app, [&] {
