@@ -5,6 +5,7 @@
 //                        --pipeline runs/pp.json --single runs/train.json --out submit_figures
 //   ./build/plot_figures schedule 4x3 -o handout/figures/schedule_4x3.png
 //   ./build/plot_figures --pipeline-runs runs/pipeline_training --out submit_figures   # Problem 3 only
+//   ./build/plot_figures --tp-runs runs/tensor_parallel --out submit_figures             # Problem 4 only
 #include <CLI/CLI.hpp>
 #include <iostream>
 
@@ -12,6 +13,7 @@
 #include "kit/errors.h"
 #include "make_figures.h"
 #include "pipeline_figures.h"
+#include "tp_figures.h"
 
 namespace {
 
@@ -61,6 +63,10 @@ int main(int argc, char** argv) {
   app.add_option("--pipeline-runs", pipeline_runs,
                  "Draw only the pipeline-schedule figures (pp_schedule_timelines.png, pp_schedule_throughput.png) "
                  "from DIR/summary.json of bench/pipeline_schedules.py");
+  std::string tp_runs;
+  app.add_option("--tp-runs", tp_runs,
+                 "Draw only the tensor-parallel figure (tp_throughput_communication.png) from DIR/summary.json of "
+                 "bench/tensor_parallel.py");
   app.add_option("--gnuplot", o.png.gnuplot, "The gnuplot program to run")->capture_default_str();
 
   std::string schedule_size = "4x3", schedule_out;
@@ -79,6 +85,10 @@ int main(int argc, char** argv) {
     if (!pipeline_runs.empty()) {
       for (const auto& f : kit::plots::draw_pipeline_figures(pipeline_runs, o.out_dir, o.png))
         std::cout << "wrote " << f << "\n";
+      return 0;
+    }
+    if (!tp_runs.empty()) {
+      for (const auto& f : kit::plots::draw_tp_figures(tp_runs, o.out_dir, o.png)) std::cout << "wrote " << f << "\n";
       return 0;
     }
     o.dp_single.given = app.count("--dp-single") > 0;

@@ -35,7 +35,8 @@ namespace {
 // One counter set: the process's totals and each group's own.
 struct AtomicCounters {
   std::atomic<int64_t> all_reduce_calls{0}, all_reduce_bytes{0}, all_gather_calls{0}, all_gather_bytes{0},
-      broadcast_calls{0}, broadcast_bytes{0}, send_bytes{0}, recv_bytes{0}, barrier_calls{0};
+      broadcast_calls{0}, broadcast_bytes{0}, send_bytes{0}, recv_bytes{0}, barrier_calls{0},
+      comm_ns{0};
   Counters get() const {
     Counters c;
     c.all_reduce_calls = all_reduce_calls;
@@ -47,11 +48,12 @@ struct AtomicCounters {
     c.send_bytes = send_bytes;
     c.recv_bytes = recv_bytes;
     c.barrier_calls = barrier_calls;
+    c.comm_seconds = static_cast<double>(comm_ns.load()) * 1e-9;
     return c;
   }
   void reset() {
     for (auto* a : {&all_reduce_calls, &all_reduce_bytes, &all_gather_calls, &all_gather_bytes, &broadcast_calls,
-                    &broadcast_bytes, &send_bytes, &recv_bytes, &barrier_calls})
+                    &broadcast_bytes, &send_bytes, &recv_bytes, &barrier_calls, &comm_ns})
       *a = 0;
   }
 };
@@ -100,6 +102,17 @@ void count(State& s, std::atomic<int64_t> AtomicCounters::*field, int64_t n) {
   s.counters.*field += n;
   g_total.*field += n;
 }
+
+// Adds the time since t0 to comm_seconds, on scope exit (failed waits count too).
+struct CommTimer {
+  State& s;
+  std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
+  ~CommTimer() {
+    const auto ns =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
+    count(s, &AtomicCounters::comm_ns, ns);
+  }
+};
 
 int64_t nbytes(const torch::Tensor& t) { return t.numel() * static_cast<int64_t>(t.element_size()); }
 
@@ -161,6 +174,7 @@ std::string failure_message(const State& s, const char* what, const std::excepti
 // another rank died or stopped calling the same collectives, so the message says so.
 template <class Start>
 void run(State& s, const char* what, Start&& start) {
+  CommTimer timer{s};
   try {
     auto work = start(*s.backend);  // c10d::Work (2.x) or c10d::ProcessGroup::Work (1.13)
     work->wait();
@@ -476,6 +490,7 @@ bool Work::completed() const {
 void Work::wait() {
   if (!impl_) throw Error("dist::Work::wait on a Work that was never started (or already waited for)");
   auto impl = std::move(impl_);  // waited for once
+  CommTimer timer{*impl->state};
   try {
     impl->work->wait();
   } catch (const Error&) {

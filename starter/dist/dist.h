@@ -60,6 +60,10 @@ struct Counters {
   int64_t send_bytes = 0;
   int64_t recv_bytes = 0;
   int64_t barrier_calls = 0;
+  // Wall time this process spent inside blocking calls and Work::wait(), waiting for the
+  // operation to finish: the transfer and reduction, plus any wait for a slower peer to
+  // join. Time between starting an async call and waiting for it is not counted.
+  double comm_seconds = 0;
 };
 
 // A subgroup of the world's ranks with a c10d process group of its own (torch.distributed's

@@ -1,0 +1,326 @@
+// run_tensor_parallel: GPT-2 trained with Megatron-style tensor parallelism (Problem 4):
+// every rank holds 1/t of each block's weights and of the vocabulary, runs the whole batch,
+// and the ranks meet in two all-reduces per block forward and two backward.
+//
+//   ./build/run_tensor_parallel --world-size 2                      # t = 2 Gloo processes
+//   ./build/run_tensor_parallel --tp 4 --preset tiny --n-head 4     # t must divide the heads
+//   ./build/run_tensor_parallel --world-size 1                      # the single-process reference
+//   srun -n 2 ./build/run_tensor_parallel --backend nccl ...         # one rank per task
+//   torchrun-style: RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT set per process
+//
+// As in run_pipeline_training, without RANK or an srun step in the environment the program
+// is the launcher: it checks the flags (t must divide n_head, n_embd and vocab_size:
+// kit::tp::check_divisible), serves the rendezvous and starts t = --world-size copies of
+// itself. The whole world is one tensor-parallel group. With --world-size 1 the one rank
+// runs in the launcher's own process.
+//
+// Batches are synthetic and the same on every rank (run_pipeline_training's):
+// torch::manual_seed(seed + 1000), then per step torch::randint(vocab, {batch, seq_len + 1}),
+// input = tokens[:, :-1], labels = tokens[:, 1:], mask all ones. Every rank builds the
+// whole model from --seed (kit::build_model; or --init-from a checkpoint), keeps its shard
+// (TensorParallelGPT2::load_full) and frees the rest. Dropout draws from seed + 1 on every
+// rank: the activations every rank holds whole must get the same mask on every rank.
+//
+// Metrics (--out, {rank} and {world} replaced), over the timed steps (after --warmup):
+//   tokens_per_sec: every rank sees every token, so this is not summed over ranks;
+//   tp_all_reduce_calls_per_step, tp_all_reduce_bytes_per_step: the group's counters;
+//   tp_comm_seconds_per_step: the time this rank spent blocked in the group's collectives
+//     (dist::Counters::comm_seconds: from the call until the operation finished, which
+//     includes waiting for a slower peer to arrive), per step;
+//   formula_all_reduce_bytes_per_step: 4 L B T C x 4 bytes, the blocks' all-reduces (two
+//     forward, two backward per block, each of B T C floats); the measured bytes also hold
+//     the embedding's forward all-reduce, the lm_head's backward one (B T C each) and the
+//     loss's three reductions of B T values: "non_block_all_reduce_bytes_per_step";
+//     (With t = 1 the mappings' all-reduces still run, on a group of one: no peer, but counted.)
+//   parameter_bytes and full_parameter_bytes: {blocks, embeddings, other, total} of this
+//     rank's shard and of the whole model, and blocks_fraction = blocks / full blocks
+//     (slightly above 1/t: the layer norms and the row-parallel biases stay whole);
+//   optimizer_state_bytes: the AdamW state tensors' bytes after the first step, measured.
+// --save-checkpoint PATH: after training, the gathered whole model (collective), written
+// by rank 0 in the first assignment's format (kit::export_checkpoint).
+#include <torch/torch.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "dist/dist.h"
+#include "dist/launch.h"
+#include "model/checkpoint.h"
+#include "project/cli.h"
+#include "tensor_parallel/model.h"
+#include "tensor_parallel/sharding.h"
+#include "train/loop.h"
+
+namespace {
+
+struct TpOptions {
+  kit::RunOptions run;
+  int world_size = 2;
+  bool world_size_given = false;
+  int64_t n_layer = 0;  // 0: the preset's
+  int64_t n_head = 0;   // 0: the preset's
+  int64_t vocab = 1000;
+  int64_t steps = 10;
+  int64_t warmup = -1;  // -1: 1, or 0 when there is a single step
+  std::string backend = "gloo";
+  int port = 0;
+  std::string save_checkpoint, init_from;
+};
+
+kit::GPT2Config config_of(const TpOptions& o) {
+  kit::GPT2Config cfg = kit::model_config(o.run);
+  if (o.n_layer > 0) cfg.n_layer = o.n_layer;
+  if (o.n_head > 0) cfg.n_head = o.n_head;
+  if (cfg.vocab_size <= 0) cfg.vocab_size = o.vocab;  // what kit::build_model does
+  return cfg;
+}
+
+int64_t warmup_of(const TpOptions& o) { return o.warmup >= 0 ? o.warmup : std::min<int64_t>(1, o.steps - 1); }
+
+// Every check that needs no process: the same in the launcher and in each worker (srun).
+void check_options(const TpOptions& o, int world_size) {
+  if (world_size < 1) throw kit::Error("--world-size must be at least 1 (got " + std::to_string(world_size) + ")");
+  if (o.steps < 1) throw kit::Error("--steps must be at least 1 (got " + std::to_string(o.steps) + ")");
+  if (o.warmup >= o.steps || o.warmup < -1)
+    throw kit::Error("--warmup " + std::to_string(o.warmup) + " must be at least 0 and below --steps " +
+                     std::to_string(o.steps) + ": at least one batch must be timed");
+  if (o.run.train.batch_size < 1 || o.run.data.seq_len < 1 || o.vocab < 2)
+    throw kit::Error("--batch-size and --seq-len must be positive and --vocab-size at least 2");
+  const kit::GPT2Config cfg = config_of(o);
+  if (o.run.data.seq_len > cfg.n_positions)
+    throw kit::Error("--seq-len " + std::to_string(o.run.data.seq_len) + " is longer than preset '" + cfg.name +
+                     "' allows (n_positions = " + std::to_string(cfg.n_positions) + ")");
+  if (cfg.n_head < 1 || cfg.n_embd % cfg.n_head != 0)
+    throw kit::Error("--n-head " + std::to_string(cfg.n_head) + " must divide n_embd " + std::to_string(cfg.n_embd));
+  if (o.vocab > cfg.vocab_size)
+    throw kit::Error("--vocab-size " + std::to_string(o.vocab) + " is larger than preset '" + cfg.name + "''s " +
+                     std::to_string(cfg.vocab_size) + " tokens");
+  kit::tp::check_divisible(cfg, world_size);  // names n_head, n_embd or vocab_size
+  if (!o.init_from.empty() && !std::filesystem::exists(o.init_from))
+    throw kit::Error("--init-from " + o.init_from + " does not exist: give a checkpoint written by train, "
+                     "run_tensor_parallel --save-checkpoint or convert_checkpoint");
+}
+
+struct Batch {
+  torch::Tensor idx, labels, mask;
+};
+
+// The synthetic batches, identical on every rank (see the top of this file).
+std::vector<Batch> synthetic_batches(const TpOptions& o) {
+  torch::manual_seed(o.run.train.seed + 1000);
+  std::vector<Batch> out;
+  for (int64_t k = 0; k < o.steps; ++k) {
+    auto t = torch::randint(o.vocab, {o.run.train.batch_size, o.run.data.seq_len + 1}, torch::kInt64);
+    out.push_back({t.narrow(1, 0, o.run.data.seq_len).contiguous(), t.narrow(1, 1, o.run.data.seq_len).contiguous(),
+                   torch::ones({o.run.train.batch_size, o.run.data.seq_len})});
+  }
+  return out;
+}
+
+nlohmann::json bytes_json(const kit::tp::ParameterBytes& b) {
+  return {{"blocks", b.blocks}, {"embeddings", b.embeddings}, {"other", b.other}, {"total", b.total()}};
+}
+
+// The AdamW moments this rank keeps (exp_avg, exp_avg_sq, and max_exp_avg_sq with amsgrad).
+int64_t optimizer_state_bytes(torch::optim::AdamW& optimizer) {
+  int64_t n = 0;
+  auto add = [&](const torch::Tensor& t) {
+    if (t.defined()) n += t.numel() * static_cast<int64_t>(t.element_size());
+  };
+  for (const auto& kv : optimizer.state()) {
+    const auto* s = dynamic_cast<const torch::optim::AdamWParamState*>(kv.second.get());
+    if (!s) continue;
+    add(s->exp_avg());
+    add(s->exp_avg_sq());
+    add(s->max_exp_avg_sq());
+  }
+  return n;
+}
+
+int worker_main(const TpOptions& o, int rank, int W, const std::string& launcher) {
+  check_options(o, W);
+  // Even one rank joins a process group: the model's group is the world (of size 1, whose
+  // mappings do nothing). The launcher serves its store (see launcher_main).
+  kit::dist::init_process_group(o.backend, rank, W);
+  kit::set_threads(o.run.train.threads);
+  const torch::Device device = kit::dist::device();
+  const kit::GPT2Config cfg = config_of(o);
+
+  const std::vector<Batch> batches = synthetic_batches(o);
+  kit::tp::TensorParallelGPT2 model(cfg, kit::dist::world_group());
+  kit::tp::ParameterBytes full_bytes;
+  {
+    // The whole model from the seed on every rank (the same weights everywhere); only this
+    // rank's shard is kept.
+    kit::GPT2 full = kit::build_model(cfg, o.vocab, o.run.data.seq_len, o.run.train.seed);
+    if (!o.init_from.empty()) kit::import_checkpoint(*full, o.init_from);
+    full_bytes = kit::tp::parameter_bytes(*full);
+    model->load_full(*full);
+  }
+  model->to(device);
+  model->train();
+  torch::manual_seed(o.run.train.seed + 1);  // dropout: the same on every rank (see the top)
+  torch::optim::AdamW optimizer(model->parameters(),
+                                torch::optim::AdamWOptions(o.run.train.lr).weight_decay(o.run.train.weight_decay));
+  if (rank == 0)
+    std::cout << "rank 0 of " << W << " (" << launcher << ", " << o.backend << "): tensor parallel t = " << W << ", "
+              << cfg.n_layer << " blocks, " << cfg.n_head << " heads, vocabulary " << cfg.vocab_size << std::endl;
+
+  const kit::dist::Group group = model->group();
+  const int64_t warmup = warmup_of(o);
+  std::vector<double> losses, step_seconds;
+  int64_t optimizer_bytes = 0;
+  auto t_timed = std::chrono::steady_clock::now();
+  for (int64_t k = 0; k < o.steps; ++k) {
+    if (k == warmup) {
+      group.reset_counters();
+      t_timed = std::chrono::steady_clock::now();
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    optimizer.zero_grad();
+    const Batch& b = batches[static_cast<size_t>(k)];
+    auto loss = model->loss(b.idx.to(device), b.labels.to(device), b.mask.to(device));
+    loss.backward();
+    optimizer.step();
+    if (k == 0) optimizer_bytes = optimizer_state_bytes(optimizer);
+    losses.push_back(loss.item<double>());
+    step_seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    if (rank == 0 && o.run.train.progress)
+      std::cout << "step " << k << "  loss " << losses.back() << "  " << step_seconds.back() << " s" << std::endl;
+  }
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_timed).count();
+  const kit::dist::Counters c = group.counters();  // the timed steps only
+
+  if (!o.save_checkpoint.empty()) {
+    const kit::TensorDict dict = model->full_state_dict();  // collective: every rank takes part
+    if (rank == 0) {
+      kit::GPT2 full(cfg);
+      kit::load_state_dict(*full, dict, kit::CheckpointLayout::Kit, "the gathered shards");
+      const std::filesystem::path path(o.save_checkpoint);
+      if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path());
+      kit::export_checkpoint(*full, o.save_checkpoint);
+      std::cout << "saved the gathered model to " << o.save_checkpoint << std::endl;
+    }
+  }
+  if (!o.run.out.empty()) {
+    const int64_t timed_steps = o.steps - warmup;
+    const int64_t B = o.run.train.batch_size, T = o.run.data.seq_len, C = cfg.n_embd;
+    const int64_t formula = 4 * cfg.n_layer * B * T * C * 4;
+    const double ar_bytes = static_cast<double>(c.all_reduce_bytes) / timed_steps;
+    const kit::tp::ParameterBytes mine = kit::tp::parameter_bytes(*model);
+    const std::vector<double> timed(step_seconds.begin() + warmup, step_seconds.end());
+    nlohmann::json m = {
+        {"program", "run_tensor_parallel"}, {"preset", o.run.preset}, {"n_layer", cfg.n_layer},
+        {"n_head", cfg.n_head}, {"n_embd", C}, {"vocab_size", cfg.vocab_size}, {"world_size", W},
+        {"tensor_parallel", W}, {"rank", rank}, {"backend", o.backend}, {"launcher", launcher},
+        {"batch_size", B}, {"seq_len", T}, {"steps", o.steps}, {"lr", o.run.train.lr},
+        {"threads", o.run.train.threads}, {"step_seconds", step_seconds}, {"warmup", warmup},
+        {"timed_step_seconds", timed}, {"training_time", wall},
+        // Every token of the batch passes through every rank: do not sum over ranks.
+        {"tokens_per_sec", wall > 0 ? static_cast<double>(timed_steps * B * T) / wall : 0.0},
+        {"losses", losses},
+        {"tp_all_reduce_calls_per_step", static_cast<double>(c.all_reduce_calls) / timed_steps},
+        {"tp_all_reduce_bytes_per_step", ar_bytes},
+        {"tp_comm_seconds_per_step", c.comm_seconds / timed_steps},
+        {"formula_all_reduce_bytes_per_step", formula},
+        {"non_block_all_reduce_bytes_per_step", ar_bytes - static_cast<double>(formula)},
+        {"parameter_bytes", bytes_json(mine)}, {"full_parameter_bytes", bytes_json(full_bytes)},
+        {"blocks_fraction", full_bytes.blocks > 0 ? static_cast<double>(mine.blocks) / full_bytes.blocks : 0.0},
+        {"optimizer_state_bytes", optimizer_bytes}};
+    const std::filesystem::path path(kit::rank_path(o.run.out, rank, W));
+    if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path());
+    std::ofstream f(path);
+    f << m.dump(1) << "\n";
+    if (!f) throw kit::Error("cannot write the metrics to " + path.string());
+  }
+  kit::dist::destroy_process_group();
+  return 0;
+}
+
+int launcher_main(const TpOptions& o) {
+  const int W = o.world_size;
+  check_options(o, W);  // a t that does not divide the model's sizes fails here, before any process
+  kit::RendezvousServer server(kit::choose_port(o.port));
+  if (W == 1) {
+    // The one rank runs here, as a client of this process's store (what the workers get).
+    const auto& rv = server.rendezvous();
+    ::setenv("MASTER_ADDR", rv.master_addr.c_str(), 1);
+    ::setenv("MASTER_PORT", std::to_string(rv.master_port).c_str(), 1);
+    ::setenv("KIT_STORE_HOSTED", "1", 1);
+    return worker_main(o, 0, 1, "none");
+  }
+  std::cout << "starting " << W << " tensor-parallel ranks (" << o.backend << "), rendezvous at "
+            << server.rendezvous().master_addr << ":" << server.rendezvous().master_port << std::endl;
+  std::vector<kit::Process> procs;
+  for (int r = 0; r < W; ++r) procs.emplace_back(r, W, server.rendezvous());
+  for (auto& p : procs) p.start();
+  kit::join_all(procs);  // a failed rank stops the others and is named
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Tensor-parallel (Megatron-LM) training of GPT-2 across processes: each rank holds 1/t of every "
+               "block and of the vocabulary, runs the whole (synthetic) batch and takes one AdamW step per batch."};
+  TpOptions o;
+  o.run.preset = "cpu-small";
+  o.run.train.batch_size = 8;
+  o.run.data.seq_len = 64;
+  o.run.out = "runs/tensor_parallel/{world}/rank{rank}.json";
+  std::string presets;
+  for (const auto& n : kit::gpt2_preset_names()) presets += (presets.empty() ? "" : ", ") + n;
+  app.add_option("--world-size,--world_size,--tp", o.world_size,
+                 "Tensor-parallel ranks t the kit starts (under srun or torchrun: taken from there)")
+      ->capture_default_str();
+  app.add_option("--preset,--model", o.run.preset, "Model preset: " + presets)->capture_default_str();
+  app.add_option("--n-layer", o.n_layer, "Transformer blocks (default: the preset's)");
+  app.add_option("--n-head", o.n_head, "Attention heads (default: the preset's); t must divide it");
+  app.add_option("--dropout", o.run.dropout, "Dropout probability (default: the preset's)");
+  app.add_option("--batch-size", o.run.train.batch_size, "Rows per batch (every rank runs all of them)")
+      ->capture_default_str();
+  app.add_option("--seq-len", o.run.data.seq_len, "Tokens per row")->capture_default_str();
+  app.add_option("--vocab-size", o.vocab, "Vocabulary of the synthetic tokens (t must divide it)")
+      ->capture_default_str();
+  app.add_option("--steps", o.steps, "Batches, one AdamW step each")->capture_default_str();
+  app.add_option("--warmup", o.warmup, "The first W of the --steps batches are not timed (default 1; 0 when "
+                                       "--steps is 1)");
+  app.add_option("--lr,--learning-rate", o.run.train.lr, "AdamW learning rate")->capture_default_str();
+  app.add_option("--seed", o.run.train.seed, "Seed of the model, the synthetic batches and dropout")
+      ->capture_default_str();
+  app.add_option("--threads", o.run.train.threads, "Intra-op threads per process")->capture_default_str();
+  app.add_option("--backend", o.backend, "gloo (CPU) or nccl (one GPU per rank)")
+      ->check(CLI::IsMember({"gloo", "nccl"}))
+      ->capture_default_str();
+  app.add_option("--port", o.port, "Rendezvous port when the kit starts the ranks (default: MASTER_PORT if set, "
+                                   "else a free port)");
+  app.add_option("--out", o.run.out, "Metrics JSON per rank ({rank}, {world} replaced; \"\": none)")
+      ->capture_default_str();
+  app.add_option("--save-checkpoint", o.save_checkpoint,
+                 "After training, gather the shards and write the whole model here (the first assignment's "
+                 "checkpoint format, read by train --init, kit::import_checkpoint and torch.load)");
+  app.add_option("--init-from", o.init_from, "Start from this whole-model checkpoint instead of --seed's weights");
+  app.add_flag("!--no-progress", o.run.train.progress, "Do not print the loss of every step");
+  return kit::guarded_main(argc, argv, app, [&] {
+    o.world_size_given = app.count("--world-size") > 0;
+    const kit::WorldInfo world = kit::detect_world();
+    if (!world.is_worker()) return launcher_main(o);
+    if (o.world_size_given && o.world_size != world.world_size)
+      throw kit::Error("--world-size " + std::to_string(o.world_size) + " but " + world.launcher_name() + " started " +
+                       std::to_string(world.world_size) + " ranks: drop --world-size or make them agree");
+    try {
+      return worker_main(o, world.rank, world.world_size, world.launcher_name());
+    } catch (const kit::dist::CommError& e) {
+      // Lost a peer: exit with kExitPeerLost so the launcher names the rank that failed first.
+      std::cerr << "error: " << e.what() << "\n";
+      return kit::dist::kExitPeerLost;
+    } catch (const kit::Error& e) {
+      std::cerr << "error (rank " << world.rank << "): " << e.what() << "\n";
+      return 1;
+    }
+  });
+}

@@ -1,0 +1,117 @@
+// run_tensor_parallel end to end: t = 2 processes train as one process does (losses, and
+// the gathered checkpoint the first assignment's model reads), and a t that does not divide
+// the vocabulary is refused by the launcher before any process starts.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "data_parallel/dp_test_util.h"
+#include "kit/config.h"
+#include "model/checkpoint.h"
+#include "model/gpt2.h"
+
+#ifndef KIT_RUN_TENSOR_PARALLEL
+#error "tests/CMakeLists.txt must define KIT_RUN_TENSOR_PARALLEL (the path of run_tensor_parallel)"
+#endif
+
+namespace {
+using Env = std::vector<std::pair<std::string, std::string>>;
+
+// Tiny, with 4 heads so that t = 2 and 4 both divide them.
+constexpr int64_t kHeads = 4, kVocab = 64, kBatch = 4, kSeqLen = 16, kSteps = 2;
+
+std::vector<std::string> args(int t, const std::string& dir, int64_t vocab = kVocab) {
+  return {KIT_RUN_TENSOR_PARALLEL, "--world-size", std::to_string(t), "--preset", "tiny", "--n-head",
+          std::to_string(kHeads), "--dropout", "0", "--batch-size", std::to_string(kBatch), "--seq-len",
+          std::to_string(kSeqLen), "--vocab-size", std::to_string(vocab), "--steps", std::to_string(kSteps),
+          "--lr", "0.001", "--seed", "7", "--threads", "1", "--no-progress",
+          "--out", dir + "/metrics/{rank}.json", "--save-checkpoint", dir + "/model.pt"};
+}
+
+// Under a deadline, with the launch variables cleared (ctest may itself run under srun
+// or torchrun) and a short communication timeout, so a stuck rank fails in seconds.
+dp_test::RunResult run_program(const std::vector<std::string>& argv, const std::string& log) {
+  Env env;
+  for (const char* v : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "KIT_STORE_HOSTED",
+                        "SLURM_PROCID", "SLURM_NTASKS", "SLURM_STEP_ID", "SLURM_STEPID"})
+    if (std::getenv(v)) env.push_back({v, ""});  // empty counts as unset
+  env.push_back({"KIT_DIST_TIMEOUT", "10"});
+  env.push_back({"OMP_NUM_THREADS", "1"});
+  return dp_test::run(argv, env, log, 60);
+}
+
+std::string describe(const dp_test::RunResult& r) {
+  return "exit code " + std::to_string(r.exitcode) + (r.timed_out ? " (killed at the deadline)" : "") +
+         "; output:\n" + r.output;
+}
+
+nlohmann::json metrics(const std::string& dir, int rank) {
+  return nlohmann::json::parse(dp_test::read_file(dir + "/metrics/" + std::to_string(rank) + ".json"));
+}
+
+kit::GPT2 read_checkpoint(const std::string& path) {
+  kit::GPT2Config cfg = kit::gpt2_preset("tiny");
+  cfg.n_head = kHeads;
+  cfg.vocab_size = kVocab;
+  cfg.dropout = 0;
+  kit::GPT2 model(cfg);
+  kit::import_checkpoint(*model, path);
+  return model;
+}
+
+TEST(TPRun, TwoRanksTrainAsOneProcessAndSaveTheWholeModel) {
+  dp_test::TempDir one("tp_run_one"), two("tp_run_two");
+  const auto r1 = run_program(args(1, one.path()), one / "log.txt");
+  ASSERT_EQ(r1.exitcode, 0) << "--world-size 1: " << describe(r1);
+  const auto r2 = run_program(args(2, two.path()), two / "log.txt");
+  ASSERT_EQ(r2.exitcode, 0) << "--world-size 2: " << describe(r2);
+
+  const auto ref = metrics(one.path(), 0)["losses"].get<std::vector<double>>();
+  ASSERT_EQ(ref.size(), static_cast<size_t>(kSteps));
+  for (int rank = 0; rank < 2; ++rank) {
+    const nlohmann::json m = metrics(two.path(), rank);
+    const auto losses = m["losses"].get<std::vector<double>>();
+    ASSERT_EQ(losses.size(), ref.size()) << "rank " << rank;
+    for (size_t k = 0; k < ref.size(); ++k)
+      EXPECT_NEAR(losses[k], ref[k], 1e-4 * std::abs(ref[k])) << "rank " << rank << ", step " << k;
+    // Each rank holds half of every block's matrices; the layer norms and the two
+    // row-parallel biases (6 C floats per block) stay whole on every rank.
+    const int64_t whole = m["n_layer"].get<int64_t>() * 6 * m["n_embd"].get<int64_t>() * 4;
+    EXPECT_EQ(m["parameter_bytes"]["blocks"].get<int64_t>(),
+              (m["full_parameter_bytes"]["blocks"].get<int64_t>() - whole) / 2 + whole)
+        << "rank " << rank;
+    // The blocks alone all-reduce 4 B T C floats per block per step; the embedding and the
+    // loss add some more.
+    EXPECT_GE(m["tp_all_reduce_bytes_per_step"].get<double>(), m["formula_all_reduce_bytes_per_step"].get<double>())
+        << "rank " << rank;
+  }
+
+  // The gathered checkpoint is the first assignment's model, equal to one process's.
+  auto a = read_checkpoint(two / "model.pt");
+  auto b = read_checkpoint(one / "model.pt");
+  const auto pa = a->named_parameters();
+  for (const auto& p : b->named_parameters()) {
+    const torch::Tensor& x = pa[p.key()];
+    const torch::Tensor& y = p.value();
+    const double excess = ((x - y).abs() - (1e-5 + 1e-4 * y.abs())).max().item<double>();
+    EXPECT_LE(excess, 0.0) << p.key() << " differs between --world-size 2 and 1";
+  }
+}
+
+TEST(TPRun, VocabularyThatTDoesNotDivideIsAClearError) {
+  dp_test::TempDir dir("tp_run_bad_vocab");
+  const auto r = run_program(args(2, dir.path(), 63), dir / "log.txt");
+  EXPECT_FALSE(r.timed_out) << describe(r);
+  EXPECT_EQ(r.exitcode, 1) << describe(r);
+  EXPECT_NE(r.output.find("vocab_size (63) is not divisible by the tensor-parallel size t = 2"), std::string::npos)
+      << describe(r);
+  // Refused in the launcher: no rank was started, so none is left waiting.
+  EXPECT_EQ(r.output.find("starting 2 tensor-parallel ranks"), std::string::npos) << describe(r);
+  EXPECT_TRUE(dp_test::leftovers_after(dir.path(), 5).empty())
+      << "processes left behind:\n" << dp_test::join_lines(dp_test::leftovers_after(dir.path(), 0));
+}
+
+}  // namespace
