@@ -118,8 +118,10 @@ class Assignments(unittest.TestCase):
             a2 = grade.load_rubric(assignment=2)
             self.assertEqual(a2["assignment"], 2)
             self.assertFalse(set(a2["student_files"]) & set(RUBRIC["student_files"]))
-            self.assertEqual(sum(it["points"] for it in a2["items"]), 100)
-            self.assertEqual(grade.graded_suites(a2), ["pipeline_training"])
+            # Problem 3 (100 points) and Problem 4 (70): each problem keeps its own scale.
+            self.assertEqual(sum(it["points"] for it in a2["items"] if it["name"].startswith("Problem 3")), 100)
+            self.assertEqual(sum(it["points"] for it in a2["items"] if it["name"].startswith("Problem 4")), 70)
+            self.assertEqual(grade.graded_suites(a2), ["pipeline_training", "tensor_parallel"])
         with tempfile.TemporaryDirectory() as tmp:
             kit = self.fake_kit(Path(tmp))
             self.assertEqual(grade.assignments(kit), [1, 2])
