@@ -4,7 +4,7 @@
     python3 grader/tests/selftest.py solution|starter|<wrong submission> --work DIR [--assignment N]
 
 Grades assignment N (default 1: grader/rubric.json; N >= 2: grader/assignment<N>/rubric.json):
-solution: the reference solution plus valid figures must score 100.
+solution: the reference solution plus valid figures must score full marks (the rubric's total).
 starter:  the stubs and no figures must score 0 (and finish without a grader error).
 <name>:   a known-wrong submission: grader/wrong_submissions/<name>/ for assignment 1,
           grader/assignment<N>/wrong_submissions/<name>/ for N >= 2. Its expected.json says what
@@ -16,7 +16,7 @@ starter:  the stubs and no figures must score 0 (and finish without a grader err
                "watch_after_s": S (optional: results.json must not change in the S seconds after
                                    the grader returned),
                "then_solution": true (optional: the solution graded next in the same work dir
-                                      must still score 100)}
+                                      must still score full marks)}
           The submission is the solution files with those edits (each "replace" text must occur
           exactly once in solution/<file>, so an edit that no longer fits the solution is an
           error, not a silently correct submission) plus figures; only the listed items are graded.
@@ -138,9 +138,10 @@ def main(argv=None):
     left = leftovers(work)
     if left:
         bad.append("processes left running after grading:\n  " + "\n  ".join(left[:20]))
+    full = sum(item["points"] for item in rubric["items"])
     if args.name == "solution":
-        if results["score"] != 100:
-            bad.append(f"the solution scored {results['score']}, not 100")
+        if abs(results["score"] - full) > 1e-6:
+            bad.append(f"the solution scored {results['score']}, not the rubric's {full}")
     elif args.name == "starter":
         if results["score"] != 0:
             bad.append(f"the starter scored {results['score']}, not 0")
@@ -164,8 +165,8 @@ def main(argv=None):
             make_submission(sub, rubric, True)
             _, written = grade_once(sub, work, args.jobs, None, None, args.assignment)
         after = json.loads(written)
-        if after["score"] != 100:
-            bad.append(f"the solution graded next in the same work dir scored {after['score']}, not 100:\n"
+        if abs(after["score"] - full) > 1e-6:
+            bad.append(f"the solution graded next in the same work dir scored {after['score']}, not {full}:\n"
                        + after["output"][-3000:])
     print(f"self-test {args.name} (assignment {args.assignment}): {time.time() - t0:.0f} s")
     for b in bad:
