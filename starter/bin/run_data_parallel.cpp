@@ -286,17 +286,8 @@ int main(int argc, char** argv) {
   app.add_option("--fail-rank", o.fail_rank, "Make this rank fail on purpose (tests)")->group("");
   return kit::guarded_main(argc, argv, app, [&] {
     o.world_size_given = app.count("--world-size") > 0;
-    const kit::WorldInfo world = kit::detect_world();
-    if (!world.is_worker()) return launcher_main(o);
-    try {
-      return worker_main(o, world);
-    } catch (const kit::dist::CommError& e) {
-      // Lost a peer: exit with kExitPeerLost so the launcher names the rank that failed first.
-      std::cerr << "error: " << e.what() << "\n";
-      return kit::dist::kExitPeerLost;
-    } catch (const kit::Error& e) {
-      std::cerr << "error (rank " << world.rank << "): " << e.what() << "\n";
-      return 1;
-    }
+    // run_data_parallel's worker checks --world-size against the launcher's itself.
+    return kit::launcher_or_worker(
+        0, [&] { return launcher_main(o); }, [&](const kit::WorldInfo& w) { return worker_main(o, w); });
   });
 }

@@ -307,20 +307,8 @@ int main(int argc, char** argv) {
   app.add_flag("!--no-progress", o.run.train.progress, "Do not print the loss of every step");
   return kit::guarded_main(argc, argv, app, [&] {
     o.world_size_given = app.count("--world-size") > 0;
-    const kit::WorldInfo world = kit::detect_world();
-    if (!world.is_worker()) return launcher_main(o);
-    if (o.world_size_given && o.world_size != world.world_size)
-      throw kit::Error("--world-size " + std::to_string(o.world_size) + " but " + world.launcher_name() + " started " +
-                       std::to_string(world.world_size) + " ranks: drop --world-size or make them agree");
-    try {
-      return worker_main(o, world.rank, world.world_size, world.launcher_name());
-    } catch (const kit::dist::CommError& e) {
-      // Lost a peer: exit with kExitPeerLost so the launcher names the rank that failed first.
-      std::cerr << "error: " << e.what() << "\n";
-      return kit::dist::kExitPeerLost;
-    } catch (const kit::Error& e) {
-      std::cerr << "error (rank " << world.rank << "): " << e.what() << "\n";
-      return 1;
-    }
+    return kit::launcher_or_worker(
+        o.world_size_given ? o.world_size : 0, [&] { return launcher_main(o); },
+        [&](const kit::WorldInfo& w) { return worker_main(o, w.rank, w.world_size, w.launcher_name()); });
   });
 }

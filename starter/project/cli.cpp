@@ -4,6 +4,7 @@
 #include <fstream>
 #include <iostream>
 
+#include "dist/dist.h"
 #include "kit/errors.h"
 
 namespace kit {
@@ -85,6 +86,24 @@ int guarded_main(int argc, char** argv, CLI::App& app, const std::function<int()
     std::cerr << "error: " << e.what() << "\n";
   }
   return 1;
+}
+
+int launcher_or_worker(int world_size_flag, const std::function<int()>& launcher,
+                       const std::function<int(const WorldInfo& world)>& worker) {
+  const WorldInfo world = detect_world();
+  if (!world.is_worker()) return launcher();
+  if (world_size_flag > 0 && world_size_flag != world.world_size)
+    throw Error("--world-size " + std::to_string(world_size_flag) + " but " + world.launcher_name() + " started " +
+                std::to_string(world.world_size) + " ranks: drop --world-size or make them agree");
+  try {
+    return worker(world);
+  } catch (const dist::CommError& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return dist::kExitPeerLost;
+  } catch (const Error& e) {
+    std::cerr << "error (rank " << world.rank << "): " << e.what() << "\n";
+    return 1;
+  }
 }
 
 }  // namespace kit

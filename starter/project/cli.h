@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "dist/launch.h"
 #include "kit/config.h"
 
 namespace kit {
@@ -28,6 +29,16 @@ GPT2Config model_config(const RunOptions& opts);
 // Runs a program's body: kit::Error and other exceptions become "error: ..." on stderr
 // and exit code 1 (never an abort); CLI11 parse errors print usage and their own code.
 int guarded_main(int argc, char** argv, CLI::App& app, const std::function<int()>& body);
+
+// The body of a program that runs as several processes (run_data_parallel,
+// run_pipeline_training, run_tensor_parallel): with no launcher in the environment the
+// program is the launcher (`launcher()` starts the ranks); under srun, torchrun-style
+// variables or the kit's own launcher it is one rank (`worker(world)`). A rank that lost a
+// peer exits with dist::kExitPeerLost, so the launcher names the rank that failed first;
+// another kit::Error exits with 1, naming this rank. world_size_flag: the --world-size the
+// user gave (it must then agree with the launcher's), or 0.
+int launcher_or_worker(int world_size_flag, const std::function<int()>& launcher,
+                       const std::function<int(const WorldInfo& world)>& worker);
 
 // The file of one rank of a multi-process run: {rank} and {world} in `pattern` replaced,
 // and a pattern without {rank} gets ".rank<r>" before its extension (out.json -> out.rank1.json).
