@@ -37,6 +37,10 @@ import subprocess
 import sys
 import time
 
+from bench_process import last_json_line, run
+
+TARGETS = "bench run_pipeline_training schedule plot_figures"  # what the runs need built
+
 SCHEDULES = [("gpipe", "GPipe", 1), ("1f1b", "1F1B", 1), ("interleaved", "interleaved 1F1B (v = 2)", 2)]
 
 
@@ -57,29 +61,8 @@ def parse_args(argv=None):
     return ap.parse_args(argv)
 
 
-def run(cmd, timeout):
-    """Runs cmd, returns its stdout; exits with its stderr tail when it fails."""
-    print("$ " + shlex.join(cmd), flush=True)
-    t0 = time.monotonic()
-    try:
-        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=timeout)
-    except FileNotFoundError as e:
-        sys.exit(f"error: cannot run {cmd[0]} ({e}): build it first (cmake --build build --target "
-                 "bench run_pipeline_training schedule plot_figures)")
-    except subprocess.TimeoutExpired:
-        sys.exit(f"error: {cmd[0]} took more than {timeout:.0f} s (--timeout)")
-    if p.returncode != 0:
-        tail = "\n".join((p.stderr or p.stdout).strip().splitlines()[-15:])
-        sys.exit(f"error: {shlex.join(cmd)} exited with {p.returncode}:\n{tail}")
-    print(f"  ({time.monotonic() - t0:.1f} s)", flush=True)
-    return p.stdout
 
 
-def last_json_line(text, what):
-    for line in reversed(text.strip().splitlines()):
-        if line.strip().startswith("{"):
-            return json.loads(line)
-    sys.exit(f"error: {what} printed no JSON line")
 
 
 def spread(values):
@@ -94,7 +77,7 @@ def bench_run(args, config):
            "--seq-len", str(args.seq_len), "--threads", str(args.threads)]
     if config == "pp":
         cmd += ["--chunks", str(args.chunks)]
-    j = last_json_line(run(cmd, args.timeout), "bench")
+    j = last_json_line(run(cmd, args.timeout, TARGETS), "bench")
     tokens_per_step = args.batch_size * args.seq_len
     per_step = [tokens_per_step / s for s in j.get("step_times_s", []) if s > 0]
     return {"tokens_per_s": j["tokens_per_s"], "tokens_per_s_std": spread(per_step),
@@ -113,7 +96,7 @@ def pipeline_run(args, kind, v):
            "--timeline", os.path.join(d, "timeline.rank{rank}.json"), "--out", os.path.join(d, "rank{rank}.json")]
     if args.n_layer:
         cmd += ["--n-layer", str(args.n_layer)]
-    run(cmd, args.timeout)
+    run(cmd, args.timeout, TARGETS)
     ranks = range(args.stages)
     metrics = [json.load(open(os.path.join(d, f"rank{r}.json"))) for r in ranks]
     timelines = [json.load(open(os.path.join(d, f"timeline.rank{r}.json"))) for r in ranks]
@@ -187,7 +170,7 @@ def simulate(args, kind, v, fwd, bwd, comm):
     cmd = [os.path.join(args.build, "schedule"), "--kind", kind, "-p", str(args.stages), "-m", str(args.chunks),
            "-v", str(v), "--forward-per-stage", ",".join(f"{x:.6g}" for x in fwd),
            "--backward-per-stage", ",".join(f"{x:.6g}" for x in bwd), "--comm", f"{comm:.6g}", "--json"]
-    return last_json_line(run(cmd, args.timeout), "schedule")
+    return last_json_line(run(cmd, args.timeout, TARGETS), "schedule")
 
 
 def measure_schedule(args, kind, name, v):

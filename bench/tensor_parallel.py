@@ -34,6 +34,10 @@ import subprocess
 import sys
 import time
 
+from bench_process import last_json_line, run
+
+TARGETS = "run_tensor_parallel bench plot_figures"  # what the runs need built
+
 T = 2  # the tensor-parallel size and the data-parallel ranks compared
 
 
@@ -53,22 +57,6 @@ def parse_args(argv=None):
     return ap.parse_args(argv)
 
 
-def run(cmd, timeout):
-    """Runs cmd, returns its stdout; exits with its output's tail when it fails."""
-    print("$ " + shlex.join(cmd), flush=True)
-    t0 = time.monotonic()
-    try:
-        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=timeout)
-    except FileNotFoundError as e:
-        sys.exit(f"error: cannot run {cmd[0]} ({e}): build it first (cmake --build build --target "
-                 "run_tensor_parallel bench plot_figures)")
-    except subprocess.TimeoutExpired:
-        sys.exit(f"error: {cmd[0]} took more than {timeout:.0f} s (--timeout)")
-    if p.returncode != 0:
-        tail = "\n".join((p.stderr + p.stdout).strip().splitlines()[-15:])
-        sys.exit(f"error: {shlex.join(cmd)} exited with {p.returncode}:\n{tail}")
-    print(f"  ({time.monotonic() - t0:.1f} s)", flush=True)
-    return p.stdout
 
 
 def tp_run(args, preset, t):
@@ -80,7 +68,7 @@ def tp_run(args, preset, t):
            "--no-progress", "--out", os.path.join(d, "rank{rank}.json")]
     if args.n_head:
         cmd += ["--n-head", str(args.n_head)]
-    run(cmd, args.timeout)
+    run(cmd, args.timeout, TARGETS)
     ranks = [json.load(open(os.path.join(d, f"rank{r}.json"))) for r in range(t)]
     r0 = ranks[0]
     return {
@@ -104,8 +92,8 @@ def dp_run(args, preset, full_bytes):
     cmd = [os.path.join(args.build, "bench"), "--config", "dp", "--preset", preset,
            "--steps", str(args.steps), "--warmup", str(args.warmup), "--batch-size", str(args.batch_size // T),
            "--seq-len", str(args.seq_len), "--threads", str(args.threads)]
-    out = run(cmd, args.timeout)
-    j = next(json.loads(l) for l in reversed(out.strip().splitlines()) if l.strip().startswith("{"))
+    out = run(cmd, args.timeout, TARGETS)
+    j = last_json_line(out, "bench")
     return {
         "tokens_per_s": j["tokens_per_s"], "step_time_s": j["step_time_s"], "comm_s_per_step": j["comm_time_s"],
         # average_gradients all-reduces every gradient once: the model's parameter bytes.

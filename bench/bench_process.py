@@ -1,0 +1,33 @@
+"""Running the kit's programs from the benchmark scripts (pipeline_schedules.py,
+tensor_parallel.py): one command at a time, echoed, timed, and a clear exit when it fails."""
+import json
+import shlex
+import subprocess
+import sys
+import time
+
+
+def run(cmd, timeout, targets):
+    """Runs cmd and returns its stdout; exits with its output's tail when it fails.
+    targets: the build targets to name when the program does not exist yet."""
+    print("$ " + shlex.join(cmd), flush=True)
+    t0 = time.monotonic()
+    try:
+        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=timeout)
+    except FileNotFoundError as e:
+        sys.exit(f"error: cannot run {cmd[0]} ({e}): build it first (cmake --build build --target {targets})")
+    except subprocess.TimeoutExpired:
+        sys.exit(f"error: {cmd[0]} took more than {timeout:.0f} s (--timeout)")
+    if p.returncode != 0:
+        tail = "\n".join((p.stderr + p.stdout).strip().splitlines()[-15:])
+        sys.exit(f"error: {shlex.join(cmd)} exited with {p.returncode}:\n{tail}")
+    print(f"  ({time.monotonic() - t0:.1f} s)", flush=True)
+    return p.stdout
+
+
+def last_json_line(text, what):
+    """The last line of a program's output that is a JSON object (bench prints one)."""
+    for line in reversed(text.strip().splitlines()):
+        if line.strip().startswith("{"):
+            return json.loads(line)
+    sys.exit(f"error: {what} printed no JSON line")
