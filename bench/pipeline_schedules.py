@@ -33,9 +33,7 @@ import json
 import os
 import shlex
 import statistics
-import subprocess
 import sys
-import time
 
 from bench_process import last_json_line, run
 

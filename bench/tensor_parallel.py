@@ -30,9 +30,7 @@ import argparse
 import json
 import os
 import shlex
-import subprocess
 import sys
-import time
 
 from bench_process import last_json_line, run
 
