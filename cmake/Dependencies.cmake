@@ -68,6 +68,7 @@ if(KIT_MISSING)
     "         python3 -m venv ~/torch && ~/torch/bin/pip install torch\n"
     "         cmake -S . -B build -DKIT_FETCH_DEPS=ON -DFETCHCONTENT_FULLY_DISCONNECTED=OFF \\\n"
     "           -DCMAKE_PREFIX_PATH=\"$(~/torch/bin/python -c 'import torch;print(torch.utils.cmake_prefix_path)')\"\n"
+    "       (an official LibTorch zip instead of the venv: -DCMAKE_PREFIX_PATH=/path/to/libtorch)\n"
     "     - or the container, which has all of them: scripts/container/kit.def (Apptainer,\n"
     "       kit-cuda.def for GPUs) or scripts/container/Dockerfile (README.md: \"Setting up\")\n"
     "  Without network access: copy the archives named in cmake/FetchDeps.cmake from a machine\n"

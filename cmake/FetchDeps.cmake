@@ -125,7 +125,7 @@ function(kit_fetch_prepare name reason_var)
     file(REMOVE "${file}.part")
   endforeach()
   if(NOT EXISTS "${file}")
-    list(JOIN errors "; " errors)
+    list(JOIN errors ", then " errors)   # no ";": the reason goes into a list
     set(${reason_var} "not installed, and the download failed (${errors})" PARENT_SCOPE)
     return()
   endif()
