@@ -102,6 +102,8 @@ git -C "$REPO" ls-files -z --cached --others --exclude-standard \
   | (cd "$REPO" && tar --null --files-from=- --ignore-failed-read -cf -) \
   | tar -xf - -C "$DIR/home/kit/kit"
 chroot "$DIR" chown -R kit:kit /home/kit/kit
+# A checkout, as the user's own would be (grader/package.py lists its files with git).
+as_user 'git init -q .'
 as_user 'id; scripts/install_deps.sh --check'   # all there, and no root needed to know it
 phase_end
 
