@@ -431,17 +431,7 @@ int main(int argc, char** argv) {
                                        "--steps is 1)");
   app.add_flag("--memory", o.memory, "Count CPU tensor bytes (kit/memory.h) and report what each batch kept alive "
                                      "per rank (metrics and --timeline JSON)");
-  app.add_option("--lr,--learning-rate", o.run.train.lr, "AdamW learning rate")->capture_default_str();
-  app.add_option("--seed", o.run.train.seed, "Seed of the model, the synthetic batches and dropout")
-      ->capture_default_str();
-  app.add_option("--threads", o.run.train.threads, "Intra-op threads per process")->capture_default_str();
-  app.add_option("--backend", o.backend, "gloo (CPU) or nccl (one GPU per rank)")
-      ->check(CLI::IsMember({"gloo", "nccl"}))
-      ->capture_default_str();
-  app.add_option("--port", o.port, "Rendezvous port when the kit starts the ranks (default: MASTER_PORT if set, "
-                                   "else a free port)");
-  app.add_option("--out", o.run.out, "Metrics JSON per rank ({rank}, {world} replaced; \"\": none)")
-      ->capture_default_str();
+  kit::add_process_options(app, o.run, o.backend, o.port);
   app.add_option("--timeline", o.timeline, "Write this rank's measured timeline of the last batch as JSON here "
                                            "({rank} replaced, else .rank<r> added)");
   app.add_option("--save", o.save, "Tests: write DIR/rank<r>.pt with gradients after the first batch, parameters "

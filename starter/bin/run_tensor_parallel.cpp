@@ -289,17 +289,7 @@ int main(int argc, char** argv) {
   app.add_option("--steps", o.steps, "Batches, one AdamW step each")->capture_default_str();
   app.add_option("--warmup", o.warmup, "The first W of the --steps batches are not timed (default 1; 0 when "
                                        "--steps is 1)");
-  app.add_option("--lr,--learning-rate", o.run.train.lr, "AdamW learning rate")->capture_default_str();
-  app.add_option("--seed", o.run.train.seed, "Seed of the model, the synthetic batches and dropout")
-      ->capture_default_str();
-  app.add_option("--threads", o.run.train.threads, "Intra-op threads per process")->capture_default_str();
-  app.add_option("--backend", o.backend, "gloo (CPU) or nccl (one GPU per rank)")
-      ->check(CLI::IsMember({"gloo", "nccl"}))
-      ->capture_default_str();
-  app.add_option("--port", o.port, "Rendezvous port when the kit starts the ranks (default: MASTER_PORT if set, "
-                                   "else a free port)");
-  app.add_option("--out", o.run.out, "Metrics JSON per rank ({rank}, {world} replaced; \"\": none)")
-      ->capture_default_str();
+  kit::add_process_options(app, o.run, o.backend, o.port);
   app.add_option("--save-checkpoint", o.save_checkpoint,
                  "After training, gather the shards and write the whole model here (the first assignment's "
                  "checkpoint format, read by train --init, kit::import_checkpoint and torch.load)");

@@ -88,6 +88,20 @@ int guarded_main(int argc, char** argv, CLI::App& app, const std::function<int()
   return 1;
 }
 
+void add_process_options(CLI::App& app, RunOptions& run, std::string& backend, int& port) {
+  app.add_option("--lr,--learning-rate", run.train.lr, "AdamW learning rate")->capture_default_str();
+  app.add_option("--seed", run.train.seed, "Seed of the model, the synthetic batches and dropout")
+      ->capture_default_str();
+  app.add_option("--threads", run.train.threads, "Intra-op threads per process")->capture_default_str();
+  app.add_option("--backend", backend, "gloo (CPU) or nccl (one GPU per rank)")
+      ->check(CLI::IsMember({"gloo", "nccl"}))
+      ->capture_default_str();
+  app.add_option("--port", port, "Rendezvous port when the kit starts the ranks (default: MASTER_PORT if set, "
+                                 "else a free port)");
+  app.add_option("--out", run.out, "Metrics JSON per rank ({rank}, {world} replaced; \"\": none)")
+      ->capture_default_str();
+}
+
 int launcher_or_worker(int world_size_flag, const std::function<int()>& launcher,
                        const std::function<int(const WorldInfo& world)>& worker) {
   const WorldInfo world = detect_world();

@@ -30,6 +30,10 @@ GPT2Config model_config(const RunOptions& opts);
 // and exit code 1 (never an abort); CLI11 parse errors print usage and their own code.
 int guarded_main(int argc, char** argv, CLI::App& app, const std::function<int()>& body);
 
+// The flags of the programs that train on synthetic batches across processes
+// (run_pipeline_training, run_tensor_parallel): --lr --seed --threads --backend --port --out.
+void add_process_options(CLI::App& app, RunOptions& run, std::string& backend, int& port);
+
 // The body of a program that runs as several processes (run_data_parallel,
 // run_pipeline_training, run_tensor_parallel): with no launcher in the environment the
 // program is the launcher (`launcher()` starts the ranks); under srun, torchrun-style
