@@ -1,6 +1,7 @@
 """Running the kit's programs from the benchmark scripts (pipeline_schedules.py,
 tensor_parallel.py): one command at a time, echoed, timed, and a clear exit when it fails."""
 import json
+import os
 import shlex
 import subprocess
 import sys
@@ -31,3 +32,14 @@ def last_json_line(text, what):
         if line.strip().startswith("{"):
             return json.loads(line)
     sys.exit(f"error: {what} printed no JSON line")
+
+
+def write_summary(out, summary, markdown):
+    """out/summary.json and out/summary.md (the table markdown() makes of it), printed too."""
+    with open(os.path.join(out, "summary.json"), "w") as f:
+        json.dump(summary, f, indent=1)
+    md = markdown(summary)
+    with open(os.path.join(out, "summary.md"), "w") as f:
+        f.write(md)
+    print("\n" + md)
+    print(f"wrote {os.path.join(out, 'summary.json')} and summary.md")

@@ -35,7 +35,7 @@ import shlex
 import statistics
 import sys
 
-from bench_process import last_json_line, run
+from bench_process import last_json_line, run, write_summary
 
 TARGETS = "bench run_pipeline_training schedule plot_figures"  # what the runs need built
 
@@ -278,16 +278,10 @@ def main(argv=None):
     summary["throughput"] = throughput
     summary["schedules"] = schedules
     summary["memory"] = memory_summary({x["kind"]: x for x in schedules}, args.stages, args.chunks)
-    with open(os.path.join(args.out, "summary.json"), "w") as f:
-        json.dump(summary, f, indent=1)
     for x in schedules:  # `schedule --timeline-json` draws these one at a time
         with open(os.path.join(args.out, x["kind"], "measured_timeline.json"), "w") as f:
             json.dump(x["measured"], f, indent=1)
-    md = markdown(summary)
-    with open(os.path.join(args.out, "summary.md"), "w") as f:
-        f.write(md)
-    print("\n" + md)
-    print(f"wrote {os.path.join(args.out, 'summary.json')} and summary.md")
+    write_summary(args.out, summary, markdown)
 
 
 if __name__ == "__main__":

@@ -32,7 +32,7 @@ import os
 import shlex
 import sys
 
-from bench_process import last_json_line, run
+from bench_process import last_json_line, run, write_summary
 
 TARGETS = "run_tensor_parallel bench plot_figures"  # what the runs need built
 
@@ -157,13 +157,7 @@ def main(argv=None):
                             "vocab_size": args.vocab_size, "cores": os.cpu_count(),
                             "command": shlex.join([sys.argv[0]] + (argv if argv is not None else sys.argv[1:]))},
                "presets": [measure(args, p) for p in args.presets]}
-    with open(os.path.join(args.out, "summary.json"), "w") as f:
-        json.dump(summary, f, indent=1)
-    md = markdown(summary)
-    with open(os.path.join(args.out, "summary.md"), "w") as f:
-        f.write(md)
-    print("\n" + md)
-    print(f"wrote {os.path.join(args.out, 'summary.json')} and summary.md")
+    write_summary(args.out, summary, markdown)
 
 
 if __name__ == "__main__":
