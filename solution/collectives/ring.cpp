@@ -1,0 +1,53 @@
+// Problem 5.1: ring reduce-scatter, all-gather and all-reduce from send/recv (see ring.h).
+#include <torch/torch.h>
+
+#include "collectives/ring.h"
+#include "kit/errors.h"
+
+namespace kit::ring {
+
+namespace {
+int64_t mod(int64_t a, int64_t n) { return ((a % n) + n) % n; }
+torch::Tensor chunk(const torch::Tensor& flat, int64_t n, int64_t i) {
+  const Range c = chunk_range(flat.numel(), n, i);
+  return flat.narrow(0, c.begin, c.size());
+}
+torch::Tensor flat_view(const torch::Tensor& t, const char* what) {
+  if (!t.is_contiguous())
+    throw Error(std::string("ring::") + what + " works in place on a contiguous tensor: pass t.contiguous() and "
+                "read the result from that");
+  return t.view({-1});
+}
+}  // namespace
+
+void ring_reduce_scatter(const torch::Tensor& tensor, const dist::Group& group) {
+  // BEGIN SOLUTION 5.1 ring_reduce_scatter
+  const torch::Tensor flat = flat_view(tensor, "ring_reduce_scatter");
+  const int64_t n = group.size(), r = group.rank();
+  for (int64_t s = 0; s < n - 1; ++s) {
+    const torch::Tensor incoming = torch::empty_like(chunk(flat, n, mod(r - s - 2, n)));
+    exchange_with_neighbours(chunk(flat, n, mod(r - s - 1, n)), incoming, group);
+    chunk(flat, n, mod(r - s - 2, n)).add_(incoming);  // add: the neighbour's partial sum plus ours
+  }
+  // END SOLUTION
+}
+
+void ring_all_gather(const torch::Tensor& tensor, const dist::Group& group) {
+  // BEGIN SOLUTION 5.1 ring_all_gather
+  const torch::Tensor flat = flat_view(tensor, "ring_all_gather");
+  const int64_t n = group.size(), r = group.rank();
+  for (int64_t s = 0; s < n - 1; ++s) {
+    // Received straight into place: chunk (r-s-1) is final once it arrives.
+    exchange_with_neighbours(chunk(flat, n, mod(r - s, n)), chunk(flat, n, mod(r - s - 1, n)), group);
+  }
+  // END SOLUTION
+}
+
+void ring_all_reduce(const torch::Tensor& tensor, const dist::Group& group) {
+  // BEGIN SOLUTION 5.1 ring_all_reduce
+  ring_reduce_scatter(tensor, group);
+  ring_all_gather(tensor, group);
+  // END SOLUTION
+}
+
+}  // namespace kit::ring

@@ -1,0 +1,106 @@
+// Given code for Problem 5.2: the flat layout, gradients in and out of it, and saving a
+// rank's shard of the state. The step and the AdamW update are solution/zero/zero_step.cpp's.
+#include <torch/torch.h>
+
+#include <fstream>
+#include <iterator>
+
+#include "kit/errors.h"
+#include "zero/zero.h"
+
+namespace kit::zero {
+
+ZeroAdamW::ZeroAdamW(std::vector<torch::Tensor> params, dist::Group group, ZeroOptions options)
+    : params_(std::move(params)), group_(std::move(group)), opt_(options) {
+  if (opt_.stage != 1 && opt_.stage != 2)
+    throw Error("ZeRO stage " + std::to_string(opt_.stage) + " is not built here: use 1 (optimizer state sharded) "
+                "or 2 (gradients too)");
+  for (const auto& p : params_) numel_ += p.numel();
+  const int64_t n = group_.size();
+  shard_ = shard_of(numel_, group_.rank(), n);
+  const int64_t S = shard_.size();
+  if (S * n < numel_)
+    throw Error("shard_of gives shards of " + std::to_string(S) + " elements, which cannot hold the " +
+                std::to_string(numel_) + " parameters on " + std::to_string(n) + " ranks");
+  // One buffer for all parameters; each parameter becomes a view of its place in it.
+  torch::NoGradGuard no_grad;
+  param_flat_ = torch::zeros({S * n}, params_.empty() ? torch::TensorOptions() : params_[0].options());
+  int64_t at = 0;
+  for (auto& p : params_) {
+    auto view = param_flat_.narrow(0, at, p.numel());
+    view.copy_(p.detach().reshape({-1}));
+    p.set_data(view.view(p.sizes()));
+    at += p.numel();
+  }
+  exp_avg_ = torch::zeros({S}, param_flat_.options());
+  exp_avg_sq_ = torch::zeros({S}, param_flat_.options());
+}
+
+void ZeroAdamW::zero_grad() {
+  for (auto& p : params_)
+    if (p.grad().defined()) p.mutable_grad() = torch::Tensor();
+}
+
+void ZeroAdamW::pack_gradients() {
+  grad_flat_ = torch::zeros_like(param_flat_);
+  int64_t at = 0;
+  for (auto& p : params_) {
+    if (p.grad().defined()) grad_flat_.narrow(0, at, p.numel()).copy_(p.grad().reshape({-1}));
+    at += p.numel();
+  }
+  // The gradients now live in the flat buffer only.
+  if (opt_.stage >= 2) zero_grad();
+}
+
+int64_t ZeroAdamW::state_bytes() const {
+  return exp_avg_.numel() * static_cast<int64_t>(exp_avg_.element_size()) +
+         exp_avg_sq_.numel() * static_cast<int64_t>(exp_avg_sq_.element_size());
+}
+
+int64_t ZeroAdamW::gradient_bytes() const {
+  auto bytes = [](const torch::Tensor& t) {
+    return t.defined() ? t.numel() * static_cast<int64_t>(t.element_size()) : int64_t{0};
+  };
+  int64_t held = bytes(grad_flat_) + bytes(grad_shard_);
+  for (const auto& p : params_) held += bytes(p.grad());
+  return held;
+}
+
+void ZeroAdamW::save(const std::string& path) const {
+  c10::Dict<std::string, torch::Tensor> d;
+  d.insert("exp_avg", exp_avg_.cpu());
+  d.insert("exp_avg_sq", exp_avg_sq_.cpu());
+  d.insert("step", torch::tensor(step_));
+  d.insert("layout", torch::tensor({numel_, static_cast<int64_t>(group_.size()), group_.rank(), shard_.begin,
+                                    shard_.end}));
+  const auto bytes = torch::pickle_save(d);
+  std::ofstream f(path, std::ios::binary);
+  f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  if (!f) throw Error("cannot write the ZeRO state to " + path);
+}
+
+void ZeroAdamW::load(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw Error("cannot read the ZeRO state " + path + ": no such file");
+  std::vector<char> bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  const auto d = torch::pickle_load(bytes).toGenericDict();
+  const auto layout = d.at("layout").toTensor();
+  const int64_t saved_numel = layout[0].item<int64_t>(), saved_n = layout[1].item<int64_t>();
+  if (saved_numel != numel_)
+    throw Error(path + " holds the ZeRO state of " + std::to_string(saved_numel) + " parameters, but this optimizer has " +
+                std::to_string(numel_) + ": it was saved for another model");
+  if (saved_n != group_.size())
+    throw Error(path + " was saved by rank " + std::to_string(layout[2].item<int64_t>()) + " of " +
+                std::to_string(saved_n) + " ranks; this run has " + std::to_string(group_.size()) +
+                ". ZeRO's state is sharded by world size and resharding it is not supported: resume with " +
+                std::to_string(saved_n) + " ranks");
+  if (layout[2].item<int64_t>() != group_.rank())
+    throw Error(path + " is rank " + std::to_string(layout[2].item<int64_t>()) + "'s shard; this is rank " +
+                std::to_string(group_.rank()) + ": give each rank its own file");
+  torch::NoGradGuard no_grad;
+  exp_avg_.copy_(d.at("exp_avg").toTensor());
+  exp_avg_sq_.copy_(d.at("exp_avg_sq").toTensor());
+  step_ = d.at("step").toTensor().item<int64_t>();
+}
+
+}  // namespace kit::zero

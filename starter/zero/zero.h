@@ -1,0 +1,79 @@
+// Problem 5.2: ZeRO (Rajbhandari et al. 2020): AdamW whose state is sharded across the n
+// ranks of a data-parallel group instead of replicated on each.
+//
+// All parameters are laid end to end in one flat buffer of P elements, padded to n*S with
+// S = ceil(P/n), and rank r owns the shard [r*S, (r+1)*S). Each step:
+//
+//   1. the local gradients go into a flat buffer of the same layout (pack_gradients);
+//   2. ring reduce-scatter (Problem 5.1): rank r gets the sum of its shard's gradients,
+//      which it divides by n (the average data parallelism needs);
+//   3. AdamW updates the shard only, with moments (exp_avg, exp_avg_sq) for the shard
+//      only: 2*S floats per rank instead of 2*P (stage 1);
+//   4. ring all-gather: every rank gets every shard's new parameters (the model's
+//      parameters are views of the flat buffer, so this updates the model).
+//
+// Steps 2 + 4 send what one all-reduce sends, 2(n-1)/n of the buffer per rank. Stage 2
+// also keeps only the shard of the reduced gradients between steps (the full gradient
+// buffer is freed once it is reduced). Stage 3 (parameters themselves sharded) is not here.
+#pragma once
+#include <torch/types.h>
+
+#include <string>
+#include <vector>
+
+#include "collectives/ring.h"
+#include "dist/dist.h"
+
+namespace kit::zero {
+
+struct ZeroOptions {
+  int stage = 1;  // 1: moments sharded; 2: gradients too
+  // torch::optim::AdamW's defaults.
+  double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 1e-2;
+};
+
+// Rank r's shard of a flat buffer of `numel` elements over n ranks: S = ceil(numel/n)
+// elements starting at r*S (the last shards reach into the padding past numel).
+ring::Range shard_of(int64_t numel, int64_t rank, int64_t n);
+
+class ZeroAdamW {
+ public:
+  // Makes the parameters views of one flat buffer (so all-gathering it updates them), with
+  // every rank's values taken from its own model: build the models identically first.
+  ZeroAdamW(std::vector<torch::Tensor> params, dist::Group group, ZeroOptions options = {});
+
+  void zero_grad();
+  // After backward on this rank's share of the batch (gradients not yet averaged).
+  void step();
+
+  // Bytes of optimizer state this rank holds, measured from the moment tensors.
+  int64_t state_bytes() const;
+  // Bytes of gradients this rank keeps between steps (stage 1: the whole flat buffer;
+  // stage 2: its shard).
+  int64_t gradient_bytes() const;
+  const ring::Range& shard() const { return shard_; }
+  int64_t steps_taken() const { return step_; }
+
+  // This rank's shard of the state (moments, step count, shard layout) to a file, and back.
+  // load: kit::Error naming the file when it was saved by another world size or for other
+  // parameters (resharding is not supported: say so).
+  void save(const std::string& path) const;
+  void load(const std::string& path);
+
+ private:
+  void pack_gradients();                        // p.grad() -> grad_flat_ (given)
+  void update_shard(const torch::Tensor& grad); // AdamW on this rank's shard (Problem 5.2)
+
+  std::vector<torch::Tensor> params_;
+  dist::Group group_;
+  ZeroOptions opt_;
+  int64_t numel_ = 0;           // P, the parameters' elements
+  ring::Range shard_;           // this rank's [begin, end) of the padded buffer
+  torch::Tensor param_flat_;    // n*S: the parameters, then zeros (padding)
+  torch::Tensor grad_flat_;     // n*S while a step runs; stage 1 keeps it
+  torch::Tensor grad_shard_;    // stage 2: the reduced gradients of this shard, kept
+  torch::Tensor exp_avg_, exp_avg_sq_;  // S each
+  int64_t step_ = 0;
+};
+
+}  // namespace kit::zero
