@@ -8,7 +8,7 @@ namespace kit::ring {
 
 namespace {
 int64_t mod(int64_t a, int64_t n) { return ((a % n) + n) % n; }
-torch::Tensor chunk(const torch::Tensor& flat, int64_t n, int64_t i) {
+torch::Tensor ring_chunk(const torch::Tensor& flat, int64_t n, int64_t i) {
   const Range c = chunk_range(flat.numel(), n, i);
   return flat.narrow(0, c.begin, c.size());
 }
@@ -25,9 +25,9 @@ void ring_reduce_scatter(const torch::Tensor& tensor, const dist::Group& group) 
   const torch::Tensor flat = flat_view(tensor, "ring_reduce_scatter");
   const int64_t n = group.size(), r = group.rank();
   for (int64_t s = 0; s < n - 1; ++s) {
-    const torch::Tensor incoming = torch::empty_like(chunk(flat, n, mod(r - s - 2, n)));
-    exchange_with_neighbours(chunk(flat, n, mod(r - s - 1, n)), incoming, group);
-    chunk(flat, n, mod(r - s - 2, n)).add_(incoming);  // add: the neighbour's partial sum plus ours
+    const torch::Tensor incoming = torch::empty_like(ring_chunk(flat, n, mod(r - s - 2, n)));
+    exchange_with_neighbours(ring_chunk(flat, n, mod(r - s - 1, n)), incoming, group);
+    ring_chunk(flat, n, mod(r - s - 2, n)).add_(incoming);  // add: the neighbour's partial sum plus ours
   }
   // END SOLUTION
 }
@@ -38,7 +38,7 @@ void ring_all_gather(const torch::Tensor& tensor, const dist::Group& group) {
   const int64_t n = group.size(), r = group.rank();
   for (int64_t s = 0; s < n - 1; ++s) {
     // Received straight into place: chunk (r-s-1) is final once it arrives.
-    exchange_with_neighbours(chunk(flat, n, mod(r - s, n)), chunk(flat, n, mod(r - s - 1, n)), group);
+    exchange_with_neighbours(ring_chunk(flat, n, mod(r - s, n)), ring_chunk(flat, n, mod(r - s - 1, n)), group);
   }
   // END SOLUTION
 }
