@@ -40,10 +40,8 @@ void ZeroAdamW::step() {
   torch::Tensor grad = grad_flat_.narrow(0, shard_.begin, shard_.size()).div_(group_.size());
   update_shard(grad);
   ring::ring_all_gather(param_flat_, group_);  // everyone's new shard, into the model
-  if (opt_.stage >= 2) {
-    grad_shard_ = grad.clone();  // keep this shard's gradients only
-    grad_flat_ = torch::Tensor();
-  }
+  if (opt_.stage >= 2) grad_shard_ = grad.clone();  // stage 2 keeps this shard's gradients only
+  grad_flat_ = torch::Tensor();                     // the packed buffer was only for the step
   // END SOLUTION
 }
 

@@ -45,11 +45,14 @@ class ZeroAdamW {
   void zero_grad();
   // After backward on this rank's share of the batch (gradients not yet averaged).
   void step();
+  // AdamW on this rank's shard only, given the shard's averaged gradient (S elements):
+  // step()'s update, public so that tests can check it leaves the other shards alone.
+  void update_shard(const torch::Tensor& grad);
 
   // Bytes of optimizer state this rank holds, measured from the moment tensors.
   int64_t state_bytes() const;
-  // Bytes of gradients this rank keeps between steps (stage 1: the whole flat buffer;
-  // stage 2: its shard).
+  // Bytes of gradients this rank keeps between steps, measured from the tensors (stage 1:
+  // every parameter's .grad(), P elements; stage 2: the reduced shard, S elements).
   int64_t gradient_bytes() const;
   const ring::Range& shard() const { return shard_; }
   int64_t steps_taken() const { return step_; }
@@ -61,8 +64,7 @@ class ZeroAdamW {
   void load(const std::string& path);
 
  private:
-  void pack_gradients();                        // p.grad() -> grad_flat_ (given)
-  void update_shard(const torch::Tensor& grad); // AdamW on this rank's shard (Problem 5.2)
+  void pack_gradients();  // p.grad() -> grad_flat_ (given)
 
   std::vector<torch::Tensor> params_;
   dist::Group group_;
@@ -70,7 +72,7 @@ class ZeroAdamW {
   int64_t numel_ = 0;           // P, the parameters' elements
   ring::Range shard_;           // this rank's [begin, end) of the padded buffer
   torch::Tensor param_flat_;    // n*S: the parameters, then zeros (padding)
-  torch::Tensor grad_flat_;     // n*S while a step runs; stage 1 keeps it
+  torch::Tensor grad_flat_;     // n*S, only while a step runs
   torch::Tensor grad_shard_;    // stage 2: the reduced gradients of this shard, kept
   torch::Tensor exp_avg_, exp_avg_sq_;  // S each
   int64_t step_ = 0;
