@@ -5,7 +5,7 @@
 
 Grades assignment N (default 1: grader/rubric.json; N >= 2: grader/assignment<N>/rubric.json):
 solution: the reference solution plus valid figures must score full marks (the rubric's total).
-starter:  the stubs and no figures must score 0 (and finish without a grader error).
+starter:  the stubs and no figures must score 0 (and build, and finish without a grader error).
 <name>:   a known-wrong submission: grader/wrong_submissions/<name>/ for assignment 1,
           grader/assignment<N>/wrong_submissions/<name>/ for N >= 2. Its expected.json says what
           is wrong and what it scores:
@@ -147,6 +147,11 @@ def main(argv=None):
             bad.append(f"the starter scored {results['score']}, not 0")
         if results["output"].startswith("grader error"):  # a 0 that graded nothing proves nothing
             bad.append("the grader failed instead of grading the starter: " + results["output"][:3000])
+        # The starter's stubs must compile (CI compiles them nowhere else when the self-tests run).
+        text = results["output"] + "".join(t["output"] for t in results["tests"])
+        for sign in ("the kit did not build", " does not compile:"):
+            if sign in text:
+                bad.append(f"the starter does not build ('{sign.strip()}'): " + text[text.find(sign) - 200:][:3000])
     else:
         for key, pts in expected.items():
             got = [t for t in results["tests"] if key in t["name"]]
