@@ -75,7 +75,7 @@ class ZeroAdamW {
   torch::Tensor grad_flat_;     // n*S, only while a step runs
   torch::Tensor grad_shard_;    // stage 2: the reduced gradients of this shard, kept
   torch::Tensor exp_avg_, exp_avg_sq_;  // S each
-  int64_t step_ = 0;
+  int64_t step_ = 0;            // AdamW's t (bias correction): update_shard advances it; saved
 };
 
 }  // namespace kit::zero

@@ -1,0 +1,164 @@
+// Problem 5.1: ring reduce-scatter, all-gather and all-reduce against the dist layer's own
+// all-reduce, on n = 2, 3, 4, 5 Gloo processes, float32 and float64, tensors of 1, 7 and 10^6
+// elements (n divides none of 7 and 10^6 for n = 3, 4... so chunks have unequal sizes), and
+// the bytes each rank sends, counted by the dist layer. Tolerance: the ring adds in another
+// order than Gloo, so 1e-5 + 1e-5 |want| (float32) and 1e-12 + 1e-12 |want| (float64).
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cmath>
+
+#include "collectives/ring.h"
+#include "dist/dist.h"
+#include "rank_roles.h"
+
+namespace {
+namespace ring = kit::ring;
+namespace dist = kit::dist;
+using rank_test::expect_all_ranks_pass;
+using rank_test::run_ranks;
+
+const std::vector<int64_t> kSizes = {1, 7, 1000000};
+const std::vector<torch::ScalarType> kTypes = {torch::kFloat32, torch::kFloat64};
+
+// This rank's input: different on every rank, reproducible.
+torch::Tensor input_of(int rank, int64_t numel, torch::ScalarType type) {
+  torch::manual_seed(100 + static_cast<uint64_t>(rank));
+  return torch::randn({numel}, torch::TensorOptions().dtype(type));
+}
+
+double tol(torch::ScalarType type) { return type == torch::kFloat64 ? 1e-12 : 1e-5; }
+
+// The sum over the group's ranks, by the dist layer's built-in all-reduce.
+torch::Tensor reference_sum(const torch::Tensor& mine, const dist::Group& group) {
+  torch::Tensor sum = mine.clone();
+  dist::all_reduce(sum, group);
+  return sum;
+}
+
+::testing::AssertionResult close(const torch::Tensor& got, const torch::Tensor& want, torch::ScalarType type) {
+  return rank_test::close(got, want, tol(type), tol(type));
+}
+
+std::string what(int64_t numel, torch::ScalarType type, const dist::Group& g) {
+  return std::to_string(numel) + " elements of " + std::string(c10::toString(type)) + ", rank " +
+         std::to_string(g.rank()) + " of " + std::to_string(g.size());
+}
+
+RANK_ROLE(ring_reduce_scatter) {
+  const int n = group.size(), r = group.rank();
+  for (const auto type : kTypes)
+    for (const int64_t numel : kSizes) {
+      const torch::Tensor mine = input_of(r, numel, type);
+      const torch::Tensor want = reference_sum(mine, group);
+      torch::Tensor t = mine.clone();
+      ring::ring_reduce_scatter(t, group);
+      const ring::Range c = ring::chunk_range(numel, n, r);
+      EXPECT_TRUE(close(t.narrow(0, c.begin, c.size()), want.narrow(0, c.begin, c.size()), type))
+          << "chunk " << r << " (elements " << c.begin << " to " << c.end << ") after ring_reduce_scatter, "
+          << what(numel, type, group) << ": it must hold the sum over all ranks";
+    }
+}
+
+RANK_ROLE(ring_all_gather) {
+  const int n = group.size(), r = group.rank();
+  for (const auto type : kTypes)
+    for (const int64_t numel : kSizes) {
+      // Everyone's chunk q comes from rank q's input; the rest of this rank's tensor is junk
+      // (NaN) that the all-gather must overwrite.
+      torch::Tensor want = torch::empty({numel}, torch::TensorOptions().dtype(type));
+      for (int q = 0; q < n; ++q) {
+        const ring::Range c = ring::chunk_range(numel, n, q);
+        want.narrow(0, c.begin, c.size()).copy_(input_of(q, numel, type).narrow(0, c.begin, c.size()));
+      }
+      torch::Tensor t = torch::full({numel}, std::nan(""), torch::TensorOptions().dtype(type));
+      const ring::Range mine = ring::chunk_range(numel, n, r);
+      t.narrow(0, mine.begin, mine.size()).copy_(want.narrow(0, mine.begin, mine.size()));
+      ring::ring_all_gather(t, group);
+      EXPECT_TRUE(torch::equal(t, want)) << "after ring_all_gather, " << what(numel, type, group)
+                                         << ": every chunk q must be rank q's, copied exactly";
+    }
+}
+
+// All-reduce: the built-in's result on every rank, and per rank exactly what a ring sends:
+// every chunk but its own (reduce-scatter) and every chunk but the next rank's (all-gather),
+// 2(n-1)/n of the tensor when n divides it.
+RANK_ROLE(ring_all_reduce) {
+  const int n = group.size(), r = group.rank();
+  std::vector<int64_t> sizes = kSizes;
+  sizes.push_back(n * 1000);  // n divides it: exactly 2(n-1)/n of the tensor
+  for (const auto type : kTypes)
+    for (const int64_t numel : sizes) {
+      const torch::Tensor mine = input_of(r, numel, type);
+      const torch::Tensor want = reference_sum(mine, group);
+      torch::Tensor t = mine.clone();
+      group.reset_counters();
+      ring::ring_all_reduce(t, group);
+      const dist::Counters c = group.counters();
+      EXPECT_TRUE(close(t, want, type)) << "after ring_all_reduce, " << what(numel, type, group);
+      const int64_t elem = mine.element_size();
+      const int64_t sent = (numel - ring::chunk_range(numel, n, r).size()) +
+                           (numel - ring::chunk_range(numel, n, (r + 1) % n).size());
+      EXPECT_EQ(c.send_bytes, sent * elem) << "bytes sent by ring_all_reduce, " << what(numel, type, group);
+      EXPECT_EQ(c.recv_bytes, c.send_bytes) << "a ring receives what it sends, " << what(numel, type, group);
+      if (numel % n == 0)
+        EXPECT_EQ(c.send_bytes, 2 * (n - 1) * (numel / n) * elem)
+            << "2(n-1)/n of the tensor, " << what(numel, type, group);
+      EXPECT_EQ(c.all_reduce_calls, 0) << "built from send/recv only, not the built-in all-reduce";
+    }
+}
+
+// On a subgroup: ranks {1, 2, 3} of 4 run the ring among themselves; rank 0 is not in it.
+RANK_ROLE(ring_all_reduce_subgroup) {
+  const dist::Group sub = dist::new_group({1, 2, 3}, "ring_sub");
+  if (!sub.is_member()) return;
+  for (const int64_t numel : kSizes) {
+    const torch::Tensor mine = input_of(sub.rank(), numel, torch::kFloat32);
+    const torch::Tensor want = reference_sum(mine, sub);
+    torch::Tensor t = mine.clone();
+    ring::ring_all_reduce(t, sub);
+    EXPECT_TRUE(close(t, want, torch::kFloat32)) << "ring_all_reduce on group {1, 2, 3}, " << what(numel, torch::kFloat32, sub);
+  }
+  // A 2-d tensor is reduced as its flat elements.
+  const torch::Tensor mine = input_of(sub.rank(), 6, torch::kFloat64).view({2, 3});
+  const torch::Tensor want = reference_sum(mine, sub);
+  torch::Tensor t = mine.clone();
+  ring::ring_all_reduce(t, sub);
+  EXPECT_TRUE(close(t, want, torch::kFloat64)) << "a 2 x 3 tensor";
+}
+
+void run_for_world_sizes(const std::string& role) {
+  for (const int n : {2, 3, 4, 5}) {
+    const auto run = run_ranks(n, role, 90);
+    expect_all_ranks_pass(run, n, role);
+    if (::testing::Test::HasFailure()) return;  // one world size's logs are enough to read
+  }
+}
+
+}  // namespace
+
+TEST(Ring, ReduceScatterLeavesEachRankItsChunkSummed) { run_for_world_sizes("ring_reduce_scatter"); }
+
+TEST(Ring, AllGatherGivesEveryRankEveryChunk) { run_for_world_sizes("ring_all_gather"); }
+
+TEST(Ring, AllReduceEqualsTheBuiltInAndSendsTwoNMinusOneOverNOfTheTensor) { run_for_world_sizes("ring_all_reduce"); }
+
+TEST(Ring, AllReduceWorksOnASubgroup) {
+  const auto run = run_ranks(4, "ring_all_reduce_subgroup", 60);
+  expect_all_ranks_pass(run, 4, "ring_all_reduce on a subgroup");
+}
+
+TEST(Ring, ChunkRangeCoversEveryElementOnce) {
+  // Given code, but everything above rests on it.
+  for (const int64_t numel : {0, 1, 7, 10, 1000000})
+    for (const int64_t n : {1, 2, 3, 4, 5, 8}) {
+      int64_t at = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        const ring::Range c = ring::chunk_range(numel, n, i);
+        EXPECT_EQ(c.begin, at) << numel << " elements, chunk " << i << " of " << n;
+        EXPECT_GE(c.size(), 0);
+        at = c.end;
+      }
+      EXPECT_EQ(at, numel) << numel << " elements in " << n << " chunks";
+    }
+}

@@ -1,0 +1,276 @@
+// Problem 5.2: ZeRO stages 1 and 2 on n = 2, 3, 4 Gloo processes against one process running
+// torch::optim::AdamW on the whole batch (weight decay and bias correction included): tiny
+// GPT-2, 5 steps, each rank a 2-row share of the batch. Parameters must agree within
+// 1e-5 + 1e-4 |want| (float32 gradients summed in another order). Also: the state and
+// gradient bytes each rank holds, measured from its tensors; the bytes it sends per step;
+// update_shard alone; saving and loading the sharded state.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "collectives/ring.h"
+#include "dist/dist.h"
+#include "model/gpt2.h"
+#include "rank_roles.h"
+#include "train/loop.h"
+#include "train/loss.h"
+#include "zero/zero.h"
+
+namespace {
+namespace zero = kit::zero;
+namespace dist = kit::dist;
+using rank_test::expect_all_ranks_pass;
+using rank_test::run_ranks;
+
+constexpr int64_t kRowsPerRank = 2, kSeqLen = 8, kVocab = 64, kSteps = 5;
+
+zero::ZeroOptions options(int stage) {
+  zero::ZeroOptions o;
+  o.stage = stage;
+  o.lr = 1e-2;  // large enough that a wrong bias correction or decay shows in 5 steps
+  o.weight_decay = 0.1;
+  return o;
+}
+
+torch::optim::AdamW reference_optimizer(kit::GPT2& model, const zero::ZeroOptions& o) {
+  return torch::optim::AdamW(model->parameters(), torch::optim::AdamWOptions(o.lr)
+                                                      .betas({o.beta1, o.beta2})
+                                                      .eps(o.eps)
+                                                      .weight_decay(o.weight_decay));
+}
+
+kit::GPT2 tiny_model() {
+  kit::GPT2Config cfg = kit::gpt2_preset("tiny");
+  cfg.dropout = 0;
+  cfg.n_layer = 2;
+  return kit::build_model(cfg, kVocab, kSeqLen, 11);
+}
+
+int64_t parameter_count(kit::GPT2& model) {
+  int64_t n = 0;
+  for (const auto& p : model->parameters()) n += p.numel();
+  return n;
+}
+
+// Step k's whole batch: n * kRowsPerRank rows, every token counted.
+struct Batch {
+  torch::Tensor idx, labels;
+};
+Batch batch(int64_t k, int64_t n) {
+  torch::manual_seed(7 + static_cast<uint64_t>(k));
+  auto t = torch::randint(kVocab, {n * kRowsPerRank, kSeqLen + 1}, torch::kInt64);
+  return {t.narrow(1, 0, kSeqLen).contiguous(), t.narrow(1, 1, kSeqLen).contiguous()};
+}
+Batch share(const Batch& b, int64_t r) {
+  return {b.idx.narrow(0, r * kRowsPerRank, kRowsPerRank), b.labels.narrow(0, r * kRowsPerRank, kRowsPerRank)};
+}
+torch::Tensor loss_of(kit::GPT2& model, const Batch& b) {
+  return kit::masked_cross_entropy(model->forward(b.idx), b.labels, torch::ones(b.labels.sizes()));
+}
+
+// Rank r's ZeRO training step on its share (the optimizer averages the gradients).
+void zero_step(kit::GPT2& model, zero::ZeroAdamW& opt, int64_t k, const dist::Group& group) {
+  opt.zero_grad();
+  loss_of(model, share(batch(k, group.size()), group.rank())).backward();
+  opt.step();
+}
+
+// The parameters after `steps` steps of torch's AdamW on the whole batch, in one process.
+std::vector<torch::Tensor> reference_parameters(const zero::ZeroOptions& o, int64_t n, int64_t steps) {
+  kit::GPT2 model = tiny_model();
+  auto opt = reference_optimizer(model, o);
+  for (int64_t k = 0; k < steps; ++k) {
+    opt.zero_grad();
+    loss_of(model, batch(k, n)).backward();
+    opt.step();
+  }
+  std::vector<torch::Tensor> out;
+  for (const auto& p : model->parameters()) out.push_back(p.detach().clone());
+  return out;
+}
+
+void expect_parameters_close(kit::GPT2& model, const std::vector<torch::Tensor>& want, const std::string& what) {
+  const auto got = model->parameters();
+  ASSERT_EQ(got.size(), want.size());
+  const auto names = model->named_parameters().keys();
+  for (size_t i = 0; i < got.size(); ++i)
+    EXPECT_TRUE(rank_test::close(got[i], want[i])) << names[i] << " " << what;
+}
+
+// Stage `stage` for 5 steps equals torch's AdamW on the whole batch; then the bytes.
+void zero_matches_adamw(int stage, const dist::Group& group) {
+  const int64_t n = group.size(), r = group.rank();
+  const zero::ZeroOptions o = options(stage);
+  kit::GPT2 model = tiny_model();
+  const int64_t P = parameter_count(model), S = (P + n - 1) / n;
+  zero::ZeroAdamW opt(model->parameters(), group, o);
+  for (int64_t k = 0; k < kSteps; ++k) {
+    group.reset_counters();
+    zero_step(model, opt, k, group);
+    if (k == 0) {
+      // One reduce-scatter and one all-gather of the padded n*S buffer: a ring all-reduce's
+      // 2(n-1)/n of it, 2(n-1) S floats (S = ceil(P/n)).
+      const dist::Counters c = group.counters();
+      EXPECT_EQ(c.send_bytes, 2 * (n - 1) * S * 4) << "bytes rank " << r << " sent in a step (P = " << P << ")";
+      EXPECT_LE(c.send_bytes, 2.0 * (n - 1) / n * P * 4 + 2 * (n - 1) * 4) << "more than an all-reduce of P floats";
+    }
+  }
+  expect_parameters_close(model, reference_parameters(o, n, kSteps),
+                          "after 5 ZeRO-" + std::to_string(stage) + " steps, rank " + std::to_string(r) + " of " +
+                              std::to_string(n) + ", against torch::optim::AdamW on the whole batch");
+  EXPECT_EQ(opt.steps_taken(), kSteps);
+  EXPECT_EQ(opt.state_bytes(), S * 2 * 4) << "AdamW's two moments for this rank's shard only: ceil(P/n) * 2 * 4 "
+                                             "bytes (P = " << P << ", n = " << n << ")";
+  EXPECT_EQ(opt.gradient_bytes(), (stage == 1 ? P : S) * 4)
+      << "gradient bytes kept after a step, stage " << stage << " (P = " << P << ", S = " << S << ")";
+}
+
+RANK_ROLE(zero_stage1) { zero_matches_adamw(1, group); }
+RANK_ROLE(zero_stage2) { zero_matches_adamw(2, group); }
+
+// The parameters as one flat tensor, in order.
+torch::Tensor flat(const std::vector<torch::Tensor>& params) {
+  std::vector<torch::Tensor> parts;
+  for (const auto& p : params) parts.push_back(p.detach().reshape({-1}));
+  return torch::cat(parts);
+}
+
+// update_shard on its own: torch's AdamW on the shard's elements (two steps, so the bias
+// correction must advance), and not one element of the other shards touched.
+RANK_ROLE(zero_update_shard) {
+  const int64_t n = group.size(), r = group.rank();
+  torch::manual_seed(3);
+  std::vector<torch::Tensor> params = {torch::randn({5, 3}), torch::randn({7})};  // P = 22
+  const int64_t P = 22;
+  zero::ZeroOptions o = options(1);
+  o.lr = 0.1;
+  zero::ZeroAdamW opt(params, group, o);
+  const kit::ring::Range sh = opt.shard();
+  ASSERT_EQ(sh.begin, r * ((P + n - 1) / n));
+  // torch's AdamW on a copy of the shard (its padding past P included: zeros).
+  torch::Tensor before = flat(params);
+  torch::Tensor x = torch::zeros({sh.size()});
+  const int64_t visible = std::max<int64_t>(0, std::min(sh.end, P) - sh.begin);
+  x.narrow(0, 0, visible).copy_(before.narrow(0, sh.begin, visible));
+  x.set_requires_grad(true);
+  torch::optim::AdamW ref({x}, torch::optim::AdamWOptions(o.lr).betas({o.beta1, o.beta2}).eps(o.eps).weight_decay(
+                                   o.weight_decay));
+  for (int step = 1; step <= 2; ++step) {
+    torch::manual_seed(50 + static_cast<uint64_t>(10 * r + step));
+    const torch::Tensor g = torch::randn({sh.size()});
+    x.mutable_grad() = g.clone();
+    ref.step();
+    opt.update_shard(g.clone());
+    const torch::Tensor after = flat(params);
+    EXPECT_TRUE(rank_test::close(after.narrow(0, sh.begin, visible), x.detach().narrow(0, 0, visible), 1e-6, 1e-6))
+        << "rank " << r << "'s shard after update_shard call " << step
+        << " differs from torch::optim::AdamW's step " << step;
+    const torch::Tensor outside = torch::ones({P}, torch::kBool);
+    outside.narrow(0, std::min(sh.begin, P), visible).fill_(false);
+    EXPECT_TRUE(torch::equal(after.masked_select(outside), before.masked_select(outside)))
+        << "update_shard call " << step << " on rank " << r << " changed elements outside its shard ["
+        << sh.begin << ", " << sh.end << "): weight decay or the update applied to the whole buffer?";
+    EXPECT_EQ(opt.steps_taken(), step);
+  }
+}
+
+// Save after 2 steps, load into a new model + optimizer, 3 more steps: identical to 5 steps
+// straight. Then the files loaded by a group of 2 ranks: a clear error.
+RANK_ROLE(zero_save_load) {
+  const std::string dir = std::getenv("KIT_TEST_DIR");
+  const int64_t r = group.rank();
+  const std::string file = dir + "/zero_rank" + std::to_string(r) + ".pt";
+  const zero::ZeroOptions o = options(2);
+
+  kit::GPT2 a = tiny_model();
+  zero::ZeroAdamW opt_a(a->parameters(), group, o);
+  std::vector<torch::Tensor> at2;
+  for (int64_t k = 0; k < kSteps; ++k) {
+    if (k == 2) {
+      opt_a.save(file);
+      for (const auto& p : a->parameters()) at2.push_back(p.detach().clone());
+    }
+    zero_step(a, opt_a, k, group);
+  }
+
+  kit::GPT2 b = tiny_model();
+  {
+    torch::NoGradGuard no_grad;
+    auto ps = b->parameters();
+    for (size_t i = 0; i < ps.size(); ++i) ps[i].copy_(at2[i]);
+  }
+  zero::ZeroAdamW opt_b(b->parameters(), group, o);
+  opt_b.load(file);
+  EXPECT_EQ(opt_b.steps_taken(), 2);
+  for (int64_t k = 2; k < kSteps; ++k) zero_step(b, opt_b, k, group);
+  const auto pa = a->parameters(), pb = b->parameters();
+  for (size_t i = 0; i < pa.size(); ++i)
+    EXPECT_TRUE(torch::equal(pa[i], pb[i])) << "parameter " << i << " after save at step 2, load, 3 more steps";
+
+  dist::barrier(group);  // every file written
+  const dist::Group pair = dist::new_group({0, 1}, "zero_pair");
+  if (pair.is_member()) {
+    kit::GPT2 c = tiny_model();
+    zero::ZeroAdamW opt_c(c->parameters(), pair, o);
+    rank_test::expect_error_naming([&] { opt_c.load(file); }, {"3 ranks", "resume with 3"},
+                                   "loading a 3-rank ZeRO state on 2 ranks");
+  }
+}
+
+}  // namespace
+
+TEST(Zero, ShardOfCoversEveryElementExactlyOnce) {
+  for (const int64_t numel : {1, 7, 22, 1000, 124439})
+    for (const int64_t n : {1, 2, 3, 4, 5, 8}) {
+      const int64_t S = (numel + n - 1) / n;
+      std::vector<int> owners(static_cast<size_t>(S * n), 0);
+      for (int64_t r = 0; r < n; ++r) {
+        const kit::ring::Range s = zero::shard_of(numel, r, n);
+        EXPECT_EQ(s.size(), S) << "rank " << r << " of " << n << ", " << numel << " elements: every shard has "
+                               << "ceil(P/n) elements (the last ones reach into the padding)";
+        for (int64_t i = std::max<int64_t>(0, s.begin); i < std::min(s.end, S * n); ++i) ++owners[static_cast<size_t>(i)];
+      }
+      for (int64_t i = 0; i < numel; ++i)
+        if (owners[static_cast<size_t>(i)] != 1) {
+          ADD_FAILURE() << "element " << i << " of " << numel << " belongs to " << owners[static_cast<size_t>(i)]
+                        << " shards on " << n << " ranks, not 1";
+          break;
+        }
+    }
+}
+
+TEST(Zero, UpdateShardIsAdamWOnItsShardAlone) {
+  const auto run = run_ranks(3, "zero_update_shard", 60);
+  expect_all_ranks_pass(run, 3, "update_shard");
+}
+
+TEST(Zero, Stage1MatchesAdamWOnTheWholeBatch) {
+  for (const int n : {2, 3, 4}) {
+    expect_all_ranks_pass(run_ranks(n, "zero_stage1", 90), n, "ZeRO stage 1");
+    if (HasFailure()) return;
+  }
+}
+
+TEST(Zero, Stage2MatchesAdamWAndKeepsOnlyItsGradientShard) {
+  for (const int n : {2, 3, 4}) {
+    expect_all_ranks_pass(run_ranks(n, "zero_stage2", 90), n, "ZeRO stage 2");
+    if (HasFailure()) return;
+  }
+}
+
+TEST(Zero, SavedStateContinuesTrainingIdentically) {
+  dp_test::TempDir dir("zero_save_load");
+  expect_all_ranks_pass(run_ranks(3, "zero_save_load", 90, {{"KIT_TEST_DIR", dir.path()}}), 3,
+                        "ZeRO save and load");
+}
+
+TEST(Zero, StageThreeIsAClearError) {
+  // Given code: the constructor refuses what it does not build, before any communication.
+  std::vector<torch::Tensor> params = {torch::zeros({3})};
+  zero::ZeroOptions o;
+  o.stage = 3;
+  rank_test::expect_error_naming([&] { zero::ZeroAdamW(params, dist::Group(), o); }, {"stage 3", "use 1"},
+                                 "ZeRO stage 3");
+}
