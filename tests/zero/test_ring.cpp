@@ -52,11 +52,15 @@ RANK_ROLE(ring_reduce_scatter) {
       const torch::Tensor mine = input_of(r, numel, type);
       const torch::Tensor want = reference_sum(mine, group);
       torch::Tensor t = mine.clone();
+      group.reset_counters();
       ring::ring_reduce_scatter(t, group);
       const ring::Range c = ring::chunk_range(numel, n, r);
       EXPECT_TRUE(close(t.narrow(0, c.begin, c.size()), want.narrow(0, c.begin, c.size()), type))
           << "chunk " << r << " (elements " << c.begin << " to " << c.end << ") after ring_reduce_scatter, "
           << what(numel, type, group) << ": it must hold the sum over all ranks";
+      // n-1 steps, each sending one chunk: every chunk but this rank's own.
+      EXPECT_EQ(group.counters().send_bytes, (numel - c.size()) * mine.element_size())
+          << "bytes sent by ring_reduce_scatter, " << what(numel, type, group);
     }
 }
 
@@ -74,9 +78,14 @@ RANK_ROLE(ring_all_gather) {
       torch::Tensor t = torch::full({numel}, std::nan(""), torch::TensorOptions().dtype(type));
       const ring::Range mine = ring::chunk_range(numel, n, r);
       t.narrow(0, mine.begin, mine.size()).copy_(want.narrow(0, mine.begin, mine.size()));
+      group.reset_counters();
       ring::ring_all_gather(t, group);
       EXPECT_TRUE(torch::equal(t, want)) << "after ring_all_gather, " << what(numel, type, group)
                                          << ": every chunk q must be rank q's, copied exactly";
+      // n-1 steps, each sending one chunk: every chunk but the next rank's (which it owns).
+      EXPECT_EQ(group.counters().send_bytes, (numel - ring::chunk_range(numel, n, (r + 1) % n).size()) *
+                                                 want.element_size())
+          << "bytes sent by ring_all_gather, " << what(numel, type, group);
     }
 }
 
