@@ -71,7 +71,7 @@ void ZeroAdamW::save(const std::string& path) const {
   d.insert("exp_avg", exp_avg_.cpu());
   d.insert("exp_avg_sq", exp_avg_sq_.cpu());
   d.insert("step", torch::tensor(step_));
-  d.insert("layout", torch::tensor({numel_, static_cast<int64_t>(group_.size()), group_.rank(), shard_.begin,
+  d.insert("layout", torch::tensor({numel_, static_cast<int64_t>(group_.size()), static_cast<int64_t>(group_.rank()), shard_.begin,
                                     shard_.end}));
   const auto bytes = torch::pickle_save(d);
   std::ofstream f(path, std::ios::binary);
