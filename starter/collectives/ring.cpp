@@ -6,6 +6,9 @@
 
 namespace kit::ring {
 
+// Helpers for the three functions below: mod (a mod n, never negative), ring_chunk (chunk i
+// of n of a flat tensor, as a view: writing into it writes the tensor) and flat_view (a 1-d
+// view of a contiguous tensor, or a clear error).
 namespace {
 int64_t mod(int64_t a, int64_t n) { return ((a % n) + n) % n; }
 torch::Tensor ring_chunk(const torch::Tensor& flat, int64_t n, int64_t i) {
