@@ -121,7 +121,7 @@ class Assignments(unittest.TestCase):
             # Problem 3 (100 points) and Problem 4 (70): each problem keeps its own scale.
             self.assertEqual(sum(it["points"] for it in a2["items"] if it["name"].startswith("Problem 3")), 100)
             self.assertEqual(sum(it["points"] for it in a2["items"] if it["name"].startswith("Problem 4")), 70)
-            self.assertEqual(grade.graded_suites(a2), ["pipeline_training", "tensor_parallel"])
+            self.assertEqual(grade.graded_suites(a2), ["pipeline_training", "tensor_parallel", "zero"])
         with tempfile.TemporaryDirectory() as tmp:
             kit = self.fake_kit(Path(tmp))
             self.assertEqual(grade.assignments(kit), [1, 2])
