@@ -93,7 +93,11 @@ def zero_run(args, preset, optimizer, label, st):
         "step_time_s": max(sum(m["timed_step_seconds"]) / len(m["timed_step_seconds"]) for m in ranks),
         "losses_per_rank": [m["losses"] for m in ranks],
         "memory_per_rank": [{"parameters": m["parameter_bytes"], "gradients": m["gradient_bytes"],
-                             "optimizer_state": m["optimizer_state_bytes"], "activations": m["activation_bytes"],
+                             "optimizer_state": m["optimizer_state_bytes"],
+                             # null on a GPU (kit::memory counts CPU tensors): drawn as 0
+                             "activations": m["activation_bytes"] or 0,
+                             "activations_measured": m["activation_bytes"] is not None,
+                             "peak_tensor_bytes": m["peak_tensor_bytes"],
                              "rss_forward_rise": m["rss_forward_rise_bytes"], "peak_rss": m["peak_rss_bytes"]}
                             for m in ranks],
         "formula_bytes": r0["formula_bytes"],
@@ -168,15 +172,16 @@ def markdown(s):
                     f"parameters; {p['batch_size_per_rank']} rows x {p['seq_len']} tokens per rank, {p['steps']} timed "
                     f"steps after {p['warmup']})", "",
                 "Memory per rank in MiB (rank 0; counted from the tensors), the formula's beside it:", "",
-                "| run | params | grads | optimizer state | activations | params+grads+state | formula | peak RSS "
-                "| tokens/s (all ranks) | step | comm / step / rank | formula 2(n-1)/n 4P |",
-                "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+                "| run | params | grads | optimizer state | activations | params+grads+state | formula | peak tensors "
+                "| peak RSS | tokens/s (all ranks) | step | comm / step / rank | formula 2(n-1)/n 4P |",
+                "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
         for r in p["runs"]:
             m = r["memory_per_rank"][0]
             f = r["formula_bytes"]
             counted = m["parameters"] + m["gradients"] + m["optimizer_state"]
             out.append(f"| {r['label']} | {mib(m['parameters'])} | {mib(m['gradients'])} | {mib(m['optimizer_state'])} "
-                       f"| {mib(m['activations'])} | {mib(counted)} | {mib(f['total'])} | {mib(m['peak_rss'])} "
+                       f"| {mib(m['activations']) if m['activations_measured'] else 'not measured'} | {mib(counted)} "
+                       f"| {mib(f['total'])} | {mib(m['peak_tensor_bytes'] or 0)} | {mib(m['peak_rss'])} "
                        f"| {r['tokens_per_s']:.0f} | {r['step_time_s']:.3f} s "
                        f"| {mib(r['comm_bytes_per_step'])}{'' if r['comm_bytes_counted'] else ' (derived)'} "
                        f"| {mib(r['formula_comm_bytes_per_step'])} |")
@@ -195,7 +200,9 @@ def markdown(s):
                    f"| {r['ratio_ring_to_builtin']:.3f} | {r['ring_send_bytes_per_op']:.0f} B |")
     out += ["", "busbw = 2(n-1)/n x bytes / time (nccl-tests). DP's communication is derived from the bytes given to "
                 "all_reduce (2(n-1)/n of them, what a ring sends); ZeRO's is the ring's sends, counted. Gradients are "
-                "those kept between steps: during backward every run holds all 4P bytes of them.", ""]
+                "those kept between steps: during backward every run holds all 4P bytes of them. Activations: CPU "
+                "tensor bytes held after the forward pass minus before it (kit::memory); peak tensors: the most CPU "
+                "tensor bytes held at once during a step (transients included); peak RSS: the whole process.", ""]
     return "\n".join(out)
 
 

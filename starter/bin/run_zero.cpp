@@ -38,12 +38,13 @@
 //                           gradients for a moment ("gradient_peak_bytes" = 4P);
 //     optimizer_state_bytes adamw, the AdamW state tensors (exp_avg, exp_avg_sq); zero1/2,
 //                           ZeroAdamW::state_bytes(); both after the first step;
-//     activation_bytes      the bytes the allocator handed out during the forward pass and
-//                           still held when it returned: what autograd saved for backward,
-//                           plus the logits and the loss. Counted through c10's memory-
-//                           reporting hook (the one the profiler's profile_memory uses),
-//                           installed on this thread for the forward only; the largest over
-//                           the steps;
+//     activation_bytes      the CPU tensor bytes held when the forward pass returned minus
+//                           those held when it started: what autograd saved for backward,
+//                           plus the logits and the loss. Counted by kit::memory's counting
+//                           CPU allocator (kit/memory.h), enabled before the model is built;
+//                           the largest over the steps. On a GPU: null, "not measured";
+//     peak_tensor_bytes     the most CPU tensor bytes held at once during a step (everything
+//                           above plus the step's transients: the flat gradient buffers);
 //     rss_forward_rise_bytes  the resident set's rise across the same forward (/proc/self/
 //                           statm), the largest over the steps: a cross-check that also sees
 //                           the allocator's own caching (often 0 after the first step, when
@@ -66,8 +67,6 @@
 #include <torch/torch.h>
 #include <unistd.h>
 
-#include <c10/core/Allocator.h>
-#include <c10/util/ThreadLocalDebugInfo.h>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -78,6 +77,7 @@
 
 #include "dist/dist.h"
 #include "dist/launch.h"
+#include "kit/memory.h"
 #include "model/gpt2.h"
 #include "project/cli.h"
 #include "train/loop.h"
@@ -165,39 +165,6 @@ int64_t adamw_state_bytes(torch::optim::AdamW& optimizer) {
   return n;
 }
 
-// The type LibTorch gives the totals in reportMemoryUsage (int64_t in 1.13, size_t in 2.x).
-template <typename F>
-struct TotalType;
-template <typename R, typename A, typename B, typename C, typename D, typename E>
-struct TotalType<R (*)(A, B, C, D, E)> {
-  using type = C;
-};
-using AllocatorTotal = TotalType<decltype(&c10::reportMemoryUsageToProfiler)>::type;
-
-// Counts what the allocators (CPU, and CUDA's caching allocator) hand out and take back on
-// this thread while a CountAllocations is alive: the hook the profiler's memory profiling
-// uses. Frees of memory allocated before it was installed are not reported by the CPU
-// allocator; live() is the net rise over the window.
-class AllocationCounter : public c10::MemoryReportingInfoBase {
- public:
-  void reportMemoryUsage(void* /*ptr*/, int64_t alloc_size, AllocatorTotal /*total_allocated*/,
-                         AllocatorTotal /*total_reserved*/, c10::Device /*device*/) override {
-    live_ += alloc_size;
-    peak_ = std::max(peak_, live_);
-  }
-  bool memoryProfilingEnabled() const override { return true; }
-  int64_t live() const { return live_; }
-  int64_t peak() const { return peak_; }
-
- private:
-  int64_t live_ = 0, peak_ = 0;
-};
-
-struct CountAllocations {
-  std::shared_ptr<AllocationCounter> counter = std::make_shared<AllocationCounter>();
-  c10::DebugInfoGuard guard{c10::DebugInfoKind::PROFILER_STATE, counter};
-};
-
 int64_t rss_bytes() {
   std::ifstream f("/proc/self/statm");
   int64_t size = 0, resident = 0;
@@ -234,6 +201,10 @@ int worker_main(const ZeroRunOptions& o, int rank, int W, const std::string& lau
   const torch::Device device = kit::dist::device();
   const kit::GPT2Config cfg = config_of(o);
   const kit::dist::Group world = kit::dist::world_group();
+  // Every CPU tensor from here on is counted (kit/memory.h): the model, the state, the
+  // activations. On a GPU the activations are not measured.
+  const bool count_memory = device.is_cpu();
+  if (count_memory) kit::memory::enable_cpu_counting();
 
   const std::vector<Batch> batches = synthetic_batches(o, rank);
   kit::GPT2 model = kit::build_model(cfg, o.vocab, o.run.data.seq_len, o.run.train.seed);
@@ -267,7 +238,7 @@ int worker_main(const ZeroRunOptions& o, int rank, int W, const std::string& lau
 
   const int64_t warmup = warmup_of(o);
   std::vector<double> losses, step_seconds;
-  int64_t optimizer_bytes = 0, gradient_bytes = 0, activation_bytes = 0, rss_rise = 0;
+  int64_t optimizer_bytes = 0, gradient_bytes = 0, activation_bytes = 0, rss_rise = 0, peak_tensor_bytes = 0;
   auto t_timed = std::chrono::steady_clock::now();
   for (int64_t k = 0; k < o.steps; ++k) {
     if (k == warmup) {
@@ -275,16 +246,16 @@ int worker_main(const ZeroRunOptions& o, int rank, int W, const std::string& lau
       t_timed = std::chrono::steady_clock::now();
     }
     const auto t0 = std::chrono::steady_clock::now();
+    kit::memory::reset_cpu_peak();
     if (adamw) adamw->zero_grad();
     else zero->zero_grad();
     const Batch& b = batches[static_cast<size_t>(k)];
     const torch::Tensor idx = b.idx.to(device), labels = b.labels.to(device), mask = b.mask.to(device);
     torch::Tensor loss;
     {
-      const int64_t rss0 = rss_bytes();
-      CountAllocations count;
+      const int64_t rss0 = rss_bytes(), held0 = kit::memory::cpu_bytes_now();
       loss = kit::masked_cross_entropy(model->forward(idx), labels, mask);
-      activation_bytes = std::max(activation_bytes, count.counter->live());
+      activation_bytes = std::max(activation_bytes, kit::memory::cpu_bytes_now() - held0);
       rss_rise = std::max(rss_rise, rss_bytes() - rss0);
     }
     loss.backward();
@@ -304,6 +275,7 @@ int worker_main(const ZeroRunOptions& o, int rank, int W, const std::string& lau
         gradient_bytes = zero->gradient_bytes();
       }
     }
+    peak_tensor_bytes = std::max(peak_tensor_bytes, kit::memory::cpu_bytes_peak());
     losses.push_back(loss.item<double>());
     step_seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     if (rank == 0 && o.run.train.progress)
@@ -337,10 +309,14 @@ int worker_main(const ZeroRunOptions& o, int rank, int W, const std::string& lau
         {"gradient_bytes", gradient_bytes},
         {"gradient_peak_bytes", parameter_bytes},
         {"optimizer_state_bytes", optimizer_bytes},
-        {"activation_bytes", activation_bytes},
-        {"activation_measure", "bytes allocated during the forward pass and still held when it returned (saved for "
-                               "backward, plus logits and loss), counted through c10's memory-reporting hook; the "
-                               "largest over the steps"},
+        {"activation_bytes", count_memory ? nlohmann::json(activation_bytes) : nlohmann::json()},
+        {"peak_tensor_bytes", count_memory ? nlohmann::json(peak_tensor_bytes) : nlohmann::json()},
+        {"activation_measure",
+         count_memory ? "kit::memory's counting CPU allocator: the tensor bytes held when the forward pass returned "
+                        "minus those held when it started (what autograd saved for backward, plus the logits and "
+                        "the loss), the largest over the steps"
+                      : "not measured: kit::memory counts CPU tensors only, and this rank computes on " +
+                            device.str()},
         {"rss_forward_rise_bytes", rss_rise},
         {"peak_rss_bytes", peak_rss_bytes()},
         {"formula_bytes",
@@ -421,8 +397,8 @@ int main(int argc, char** argv) {
   app.footer(
       "Metrics per rank (--out): tokens_per_sec (this rank's rows; sum over ranks for the job), losses, step "
       "seconds; bytes per rank counted from the tensors: parameter_bytes, gradient_bytes (kept between steps), "
-      "optimizer_state_bytes, activation_bytes (allocated during forward and still held when it returned, "
-      "counted through c10's memory-reporting hook), rss_forward_rise_bytes and peak_rss_bytes (the process), "
+      "optimizer_state_bytes, activation_bytes (CPU tensor bytes held after the forward pass minus before it, "
+      "counted by kit::memory's counting allocator; not measured on a GPU), peak_tensor_bytes, rss_forward_rise_bytes and peak_rss_bytes (the process), "
       "beside formula_bytes (fp32 AdamW: 4P + 4P + 8P for adamw, 4P + 4P + 8P/n for zero1, 4P + 12P/n for "
       "zero2); communication per step per rank (send_bytes for the ring, all_reduce_bytes for adamw) against "
       "all-reduce's 2(n-1)/n x 4P.");
