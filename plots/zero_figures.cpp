@@ -45,6 +45,15 @@ std::string human_bytes(double b) {
   return text;
 }
 
+// A parameter count: 31.6K, 5.03M, 124.4M (powers of 1000).
+std::string human_count(double n) {
+  char text[32];
+  if (n >= 1e6) std::snprintf(text, sizeof text, "%.1fM", n / 1e6);
+  else if (n >= 1e3) std::snprintf(text, sizeof text, "%.1fK", n / 1e3);
+  else std::snprintf(text, sizeof text, "%.0f", n);
+  return text;
+}
+
 json read_summary(const std::string& path, const std::string& runs_dir) {
   std::ifstream f(path);
   if (!f) throw Error("cannot read " + path + ": run python3 bench/zero.py --out " + runs_dir + " first");
@@ -69,13 +78,16 @@ void draw_memory(const json& s, const std::string& path, const std::string& out,
        << gp_quote("Memory per rank: plain data parallelism (DP, AdamW) against ZeRO-1 and ZeRO-2, " +
                    std::to_string(W) + " ranks, fp32\nbars: bytes counted from the tensors; diamond: the ZeRO "
                    "paper's formula for parameters + gradients + optimizer state;\nunder each bar: the process's "
-                   "peak RSS in MiB (LibTorch itself, the model built from the seed, everything)")
+                   "peak RSS in MiB or GiB (LibTorch itself, the model built from the seed, everything)")
        << "\n"
        << "set border 3\nset grid ytics lc rgb \"#DDDDDD\"\nset ytics nomirror\n"
        << "set style fill solid 0.85 border rgb \"#333333\"\nset boxwidth 0.75\n"
        << "set key below horizontal maxrows 3\nset tmargin 7\nset bmargin 11\n"
        << "set ylabel \"MiB per rank\"\n";
+    size_t panel = 0;
     for (const json& preset : presets) {
+      // One legend, under the last panel.
+      gp << (++panel == presets.size() ? "set key below horizontal maxrows 3\n" : "unset key\n");
       const std::string name = field(preset, "preset", path).get<std::string>();
       const json& runs = field(preset, "runs", path);
       // rows: x, then the cumulative tops of the four parts, the formula.
@@ -91,7 +103,9 @@ void draw_memory(const json& s, const std::string& path, const std::string& out,
           double cum[4], at = 0;
           for (int p = 0; p < 4; ++p) cum[p] = (at += number(m, kParts[p], path) / kMiB);
           char rss[48];
-          std::snprintf(rss, sizeof rss, "\\nRSS %.0fM", number(m, "peak_rss", path) / kMiB);
+          const double rss_mib = number(m, "peak_rss", path) / kMiB;
+          if (rss_mib >= 1024) std::snprintf(rss, sizeof rss, "\\nRSS %.1fG", rss_mib / 1024);
+          else std::snprintf(rss, sizeof rss, "\\nRSS %.0fM", rss_mib);
           const double x = k * (W + 1) + rank;
           rows.emplace_back(x, cum[0], cum[1], cum[2], cum[3], formula);
           tics.emplace_back(x, label + "\\nrank " + std::to_string(rank) + rss);
@@ -100,7 +114,7 @@ void draw_memory(const json& s, const std::string& path, const std::string& out,
         }
         ++k;
       }
-      gp << "set title " << gp_quote(name + " (P = " + human_bytes(number(preset, "parameter_count", path)) +
+      gp << "set title " << gp_quote(name + " (P = " + human_count(number(preset, "parameter_count", path)) +
                                      " parameters)")
          << "\n"
          << "set yrange [0:" << (top > 0 ? 1.15 * top : 1.0) << "]\n"
