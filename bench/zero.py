@@ -58,8 +58,8 @@ def parse_args(argv=None):
     ap.add_argument("--threads", type=int, default=1, help="intra-op threads per process")
     ap.add_argument("--coll-min-bytes", default="1K")
     ap.add_argument("--coll-max-bytes", default="256M")
-    ap.add_argument("--coll-warmup", type=int, default=2)
-    ap.add_argument("--coll-iters", type=int, default=5)
+    ap.add_argument("--coll-warmup", type=int, default=5, help="untimed all-reduces per size (nccl-tests' default)")
+    ap.add_argument("--coll-iters", type=int, default=20, help="timed all-reduces per size (nccl-tests' default)")
     ap.add_argument("--backend", default="gloo", choices=["gloo", "nccl"])
     ap.add_argument("--timeout", type=float, default=1200, help="seconds allowed per run")
     ap.add_argument("--out", default="runs/zero")
@@ -190,14 +190,16 @@ def markdown(s):
     c = s["collectives"]
     out += ["", f"### All-reduce, {c['world_size']} ranks ({c['backend']}), float32, {c['warmup']} warmup + "
                 f"{c['iters']} timed operations per size (the slowest rank's mean)", "",
-            "| size | ring | built-in | ring busbw | built-in busbw | ring / built-in | ring sent / op |",
-            "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+            "| size | ring | built-in | ring busbw | built-in busbw | ring / built-in | medians: ring / built-in "
+            "| ring sent / op |",
+            "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for r in c["sizes"]:
         b = r["bytes"]
         size = f"{b // MIB} MiB" if b >= MIB else f"{b // 1024} KiB" if b >= 1024 else f"{b} B"
         out.append(f"| {size} | {1e3 * r['ring_time_s']:.3f} ms | {1e3 * r['builtin_time_s']:.3f} ms "
                    f"| {r['ring_busbw_GBps']:.3f} GB/s | {r['builtin_busbw_GBps']:.3f} GB/s "
-                   f"| {r['ratio_ring_to_builtin']:.3f} | {r['ring_send_bytes_per_op']:.0f} B |")
+                   f"| {r['ratio_ring_to_builtin']:.3f} | {r['ring_time_median_s'] / r['builtin_time_median_s']:.3f} "
+                   f"| {r['ring_send_bytes_per_op']:.0f} B |")
     out += ["", "busbw = 2(n-1)/n x bytes / time (nccl-tests). DP's communication is derived from the bytes given to "
                 "all_reduce (2(n-1)/n of them, what a ring sends); ZeRO's is the ring's sends, counted. Gradients are "
                 "those kept between steps: during backward every run holds all 4P bytes of them. Activations: CPU "

@@ -17,7 +17,8 @@
 // the built-in's, on separate buffers. The first --warmup iterations are not timed; after the
 // first one the two results must agree (torch::allclose, rtol 1e-5, atol 1e-5 x the largest
 // value; else a kit::Error naming the size). A size's time is the mean over the --iters timed
-// operations, the largest over the ranks (every rank waits for the slowest). Per size:
+// operations, the largest over the ranks (every rank waits for the slowest); the median is
+// reported too (*_time_median_s: less moved by a stall on a busy machine). Per size:
 //   time_s (ring_time_s, builtin_time_s), algbw = bytes / time, and busbw = algbw x 2(n-1)/n
 //   (nccl-tests' bus bandwidth: what each rank's link carries in a bandwidth-optimal
 //   all-reduce, comparable across n), ratio = ring_time_s / builtin_time_s (< 1: the ring
@@ -26,6 +27,7 @@
 // Printed as a table by rank 0 and written (--out, {rank} and {world} replaced) by every rank.
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -46,7 +48,7 @@ struct CollectivesOptions {
   int world_size = 2;
   std::string min_bytes = "1K", max_bytes = "256M";
   int64_t factor = 4;
-  int64_t warmup = 2, iters = 5;
+  int64_t warmup = 5, iters = 20;  // nccl-tests' defaults
   int64_t threads = 1;
   uint64_t seed = 42;
   std::string backend = "gloo";
@@ -103,7 +105,7 @@ void check_options(const CollectivesOptions& o, int world_size) {
 }
 
 struct Timing {
-  double mean_s = 0;
+  double mean_s = 0, median_s = 0;
   torch::Tensor first;  // the result of the first operation
 };
 
@@ -111,7 +113,7 @@ struct Timing {
 template <typename Op>
 Timing time_op(const CollectivesOptions& o, const torch::Tensor& source, const torch::Tensor& buffer, Op op) {
   Timing t;
-  double total = 0;
+  std::vector<double> timed;
   for (int64_t i = 0; i < o.warmup + o.iters; ++i) {
     buffer.copy_(source);
     kit::dist::barrier();
@@ -120,9 +122,12 @@ Timing time_op(const CollectivesOptions& o, const torch::Tensor& source, const t
     if (buffer.is_cuda()) torch::cuda::synchronize();
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (i == 0) t.first = buffer.clone();
-    if (i >= o.warmup) total += s;
+    if (i >= o.warmup) timed.push_back(s);
   }
-  t.mean_s = total / static_cast<double>(o.iters);
+  for (const double s : timed) t.mean_s += s / static_cast<double>(timed.size());
+  std::sort(timed.begin(), timed.end());
+  const size_t m = timed.size() / 2;
+  t.median_s = timed.size() % 2 ? timed[m] : (timed[m - 1] + timed[m]) / 2;
   return t;
 }
 
@@ -166,7 +171,8 @@ int worker_main(const CollectivesOptions& o, int rank, int W, const std::string&
                        "by up to " + std::to_string(diff) + ": fix ring_all_reduce (the tests in ctest -R zero.Ring "
                        "say where)");
     // Every rank waits for the slowest: the largest time over the ranks.
-    torch::Tensor times = torch::tensor({ring.mean_s, builtin.mean_s}, torch::kFloat64).to(device);
+    torch::Tensor times =
+        torch::tensor({ring.mean_s, builtin.mean_s, ring.median_s, builtin.median_s}, torch::kFloat64).to(device);
     kit::dist::all_reduce(times, kit::dist::ReduceOp::MAX, world);
     times = times.cpu();
     const double ring_s = times[0].item<double>(), builtin_s = times[1].item<double>();
@@ -175,6 +181,8 @@ int worker_main(const CollectivesOptions& o, int rank, int W, const std::string&
                           {"elements", numel},
                           {"ring_time_s", ring_s},
                           {"builtin_time_s", builtin_s},
+                          {"ring_time_median_s", times[2].item<double>()},
+                          {"builtin_time_median_s", times[3].item<double>()},
                           {"ring_algbw_GBps", b / ring_s / 1e9},
                           {"builtin_algbw_GBps", b / builtin_s / 1e9},
                           {"ring_busbw_GBps", bus * b / ring_s / 1e9},
@@ -246,9 +254,9 @@ int main(int argc, char** argv) {
                                    "else a free port)");
   app.add_option("--out", o.out, "Results JSON per rank ({rank}, {world} replaced; \"\": none)")
       ->capture_default_str();
-  app.footer("Per size: time per operation (mean of --iters, the slowest rank's), algbw = bytes / time, busbw = "
-             "2(n-1)/n x algbw (nccl-tests' definition), the ratio ring time / built-in time, and the bytes the "
-             "ring sent per operation (counted).");
+  app.footer("Per size: time per operation (mean of --iters, the slowest rank's; the median too), algbw = "
+             "bytes / time, busbw = 2(n-1)/n x algbw (nccl-tests' definition), the ratio ring time / built-in "
+             "time, and the bytes the ring sent per operation (counted).");
   return kit::guarded_main(argc, argv, app, [&] {
     const bool world_size_given = app.count("--world-size") > 0;
     return kit::launcher_or_worker(

@@ -398,7 +398,8 @@ int main(int argc, char** argv) {
       "Metrics per rank (--out): tokens_per_sec (this rank's rows; sum over ranks for the job), losses, step "
       "seconds; bytes per rank counted from the tensors: parameter_bytes, gradient_bytes (kept between steps), "
       "optimizer_state_bytes, activation_bytes (CPU tensor bytes held after the forward pass minus before it, "
-      "counted by kit::memory's counting allocator; not measured on a GPU), peak_tensor_bytes, rss_forward_rise_bytes and peak_rss_bytes (the process), "
+      "counted by kit::memory's counting allocator; not measured on a GPU), peak_tensor_bytes, "
+      "rss_forward_rise_bytes and peak_rss_bytes (the process), "
       "beside formula_bytes (fp32 AdamW: 4P + 4P + 8P for adamw, 4P + 4P + 8P/n for zero1, 4P + 12P/n for "
       "zero2); communication per step per rank (send_bytes for the ring, all_reduce_bytes for adamw) against "
       "all-reduce's 2(n-1)/n x 4P.");
