@@ -163,7 +163,7 @@ void draw_bandwidth(const json& s, const std::string& path, const std::string& o
     gp << "set title " << gp_quote(title) << "\n"
        << "set logscale x 2\nset logscale y 10\nset border 3\nset grid lc rgb \"#DDDDDD\"\nset ytics nomirror\n"
        << "set xlabel \"tensor size (bytes)\"\nset ylabel \"bus bandwidth (GB/s, log scale)\"\n"
-       << "set key top left box opaque\n"
+       << "set key bottom right box opaque\n"
        << "set xrange [" << std::get<0>(rows.front()) / 1.5 << ":" << std::get<0>(rows.back()) * 1.5 << "]\n";
     gp << "set xtics nomirror out (";
     for (size_t i = 0; i < tics.size(); ++i) gp << (i ? ", " : "") << gp_quote(tics[i].second) << " " << tics[i].first;
