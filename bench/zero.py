@@ -93,6 +93,7 @@ def zero_run(args, preset, optimizer, label, st):
         "step_time_s": max(sum(m["timed_step_seconds"]) / len(m["timed_step_seconds"]) for m in ranks),
         "losses_per_rank": [m["losses"] for m in ranks],
         "memory_per_rank": [{"parameters": m["parameter_bytes"], "gradients": m["gradient_bytes"],
+                             "gradients_after_backward": m["gradient_peak_bytes"],
                              "optimizer_state": m["optimizer_state_bytes"],
                              # null on a GPU (kit::memory counts CPU tensors): drawn as 0
                              "activations": m["activation_bytes"] or 0,

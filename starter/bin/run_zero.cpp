@@ -34,8 +34,10 @@
 //     parameter_bytes       every parameter (P elements, the tied weight once);
 //     gradient_bytes        the gradients kept between steps, after the step: adamw, every
 //                           p.grad(); zero1/zero2, ZeroAdamW::gradient_bytes() (zero2: the
-//                           reduced shard only). During backward every variant holds all P
-//                           gradients for a moment ("gradient_peak_bytes" = 4P);
+//                           reduced shard only);
+//     gradient_peak_bytes   the p.grad() bytes right after backward, before the step: every
+//                           variant holds all P gradients then (this ZeroAdamW reduces them
+//                           after backward), 4P;
 //     optimizer_state_bytes adamw, the AdamW state tensors (exp_avg, exp_avg_sq); zero1/2,
 //                           ZeroAdamW::state_bytes(); both after the first step;
 //     activation_bytes      the CPU tensor bytes held when the forward pass returned minus
@@ -238,7 +240,8 @@ int worker_main(const ZeroRunOptions& o, int rank, int W, const std::string& lau
 
   const int64_t warmup = warmup_of(o);
   std::vector<double> losses, step_seconds;
-  int64_t optimizer_bytes = 0, gradient_bytes = 0, activation_bytes = 0, rss_rise = 0, peak_tensor_bytes = 0;
+  int64_t optimizer_bytes = 0, gradient_bytes = 0, activation_bytes = 0, rss_rise = 0, peak_tensor_bytes = 0,
+          gradient_peak_bytes = 0;
   auto t_timed = std::chrono::steady_clock::now();
   for (int64_t k = 0; k < o.steps; ++k) {
     if (k == warmup) {
@@ -259,6 +262,9 @@ int worker_main(const ZeroRunOptions& o, int rank, int W, const std::string& lau
       rss_rise = std::max(rss_rise, rss_bytes() - rss0);
     }
     loss.backward();
+    int64_t after_backward = 0;  // every variant: all of this rank's gradients, before the step
+    for (const auto& p : params) after_backward += bytes_of(p.grad());
+    gradient_peak_bytes = std::max(gradient_peak_bytes, after_backward);
     if (adamw) {
       average_gradients(params, world);
       adamw->step();
@@ -307,7 +313,7 @@ int worker_main(const ZeroRunOptions& o, int rank, int W, const std::string& lau
         {"parameter_count", P},
         {"parameter_bytes", parameter_bytes},
         {"gradient_bytes", gradient_bytes},
-        {"gradient_peak_bytes", parameter_bytes},
+        {"gradient_peak_bytes", gradient_peak_bytes},
         {"optimizer_state_bytes", optimizer_bytes},
         {"activation_bytes", count_memory ? nlohmann::json(activation_bytes) : nlohmann::json()},
         {"peak_tensor_bytes", count_memory ? nlohmann::json(peak_tensor_bytes) : nlohmann::json()},

@@ -123,6 +123,9 @@ TEST(ZeroRun, OptimizerStateAndGradientBytesPerRank) {
     // Stage 1 keeps every gradient; stage 2 only its shard of the reduced ones.
     EXPECT_EQ(z1["gradient_bytes"].get<int64_t>(), 4 * P) << "zero1, rank " << rank;
     EXPECT_EQ(z2["gradient_bytes"].get<int64_t>(), 4 * S) << "zero2, rank " << rank;
+    // Right after backward, before the step, every variant holds all P gradients.
+    for (const auto* m : {&d, &z1, &z2})
+      EXPECT_EQ((*m)["gradient_peak_bytes"].get<int64_t>(), 4 * P) << "rank " << rank;
     // Each step a ring reduce-scatter and all-gather over the padded 2 S floats: rank r
     // sends n - 1 = 1 chunk of S floats in each, what one ring all-reduce sends.
     for (const auto* z : {&z1, &z2})
