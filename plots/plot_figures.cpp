@@ -6,6 +6,7 @@
 //   ./build/plot_figures schedule 4x3 -o handout/figures/schedule_4x3.png
 //   ./build/plot_figures --pipeline-runs runs/pipeline_training --out submit_figures   # Problem 3 only
 //   ./build/plot_figures --tp-runs runs/tensor_parallel --out submit_figures             # Problem 4 only
+//   ./build/plot_figures --zero-runs runs/zero --out submit_figures                      # Problem 5 only
 #include <CLI/CLI.hpp>
 #include <iostream>
 
@@ -14,6 +15,7 @@
 #include "make_figures.h"
 #include "pipeline_figures.h"
 #include "tp_figures.h"
+#include "zero_figures.h"
 
 namespace {
 
@@ -67,6 +69,10 @@ int main(int argc, char** argv) {
   app.add_option("--tp-runs", tp_runs,
                  "Draw only the tensor-parallel figure (tp_throughput_communication.png) from DIR/summary.json of "
                  "bench/tensor_parallel.py");
+  std::string zero_runs;
+  app.add_option("--zero-runs", zero_runs,
+                 "Draw only the ZeRO figures (zero_memory.png, ring_bandwidth.png) from DIR/summary.json of "
+                 "bench/zero.py");
   app.add_option("--gnuplot", o.png.gnuplot, "The gnuplot program to run")->capture_default_str();
 
   std::string schedule_size = "4x3", schedule_out;
@@ -89,6 +95,11 @@ int main(int argc, char** argv) {
     }
     if (!tp_runs.empty()) {
       for (const auto& f : kit::plots::draw_tp_figures(tp_runs, o.out_dir, o.png)) std::cout << "wrote " << f << "\n";
+      return 0;
+    }
+    if (!zero_runs.empty()) {
+      for (const auto& f : kit::plots::draw_zero_figures(zero_runs, o.out_dir, o.png))
+        std::cout << "wrote " << f << "\n";
       return 0;
     }
     o.dp_single.given = app.count("--dp-single") > 0;

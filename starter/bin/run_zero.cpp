@@ -1,0 +1,418 @@
+// run_zero: GPT-2 trained with data parallelism across processes (Problem 5), with the
+// optimizer replicated (plain AdamW) or sharded (ZeRO stage 1 or 2), and the memory each
+// rank holds counted.
+//
+//   ./build/run_zero --world-size 2 --optimizer zero1                  # 2 Gloo processes, ZeRO-1
+//   ./build/run_zero --world-size 2 --optimizer adamw --preset cpu-base # plain data parallelism
+//   ./build/run_zero --world-size 1                                    # the single-process reference
+//   srun -n 2 ./build/run_zero --backend nccl ...                       # one rank per task
+//   torchrun-style: RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT set per process
+//
+// As in run_tensor_parallel, without RANK or an srun step in the environment the program is
+// the launcher: it checks the flags, serves the rendezvous and starts n = --world-size copies
+// of itself; with --world-size 1 the one rank runs in the launcher's own process.
+//
+// Every rank builds the whole model from --seed (the same weights everywhere) and runs its
+// own share of the batch: --batch-size rows per rank, so the global batch is n x
+// --batch-size. Batches are synthetic: torch::manual_seed(seed + 1000 + rank), then per step
+// torch::randint(vocab, {batch, seq_len + 1}), input = tokens[:, :-1], labels = tokens[:, 1:],
+// mask all ones. Dropout draws from seed + 1 + rank.
+//
+// --optimizer (after backward on this rank's rows):
+//   adamw  plain data parallelism: the gradients packed into one flat buffer, summed with
+//          one dist::all_reduce on the world group, divided by n and copied back, then
+//          torch::optim::AdamW on every rank (every rank holds all of the moments);
+//   zero1  kit::zero::ZeroAdamW stage 1: reduce-scatter, the update of this rank's shard
+//          of the flattened parameters, all-gather (it averages the gradients itself);
+//   zero2  the same, stage 2: between steps only the shard of the reduced gradients is kept.
+//
+// Metrics (--out, {rank} and {world} replaced), over the timed steps (after --warmup):
+//   tokens_per_sec: this rank's tokens per second (its --batch-size rows only); the job's
+//     rate is the sum over ranks ("tokens_per_sec_summed_over_ranks": false says so);
+//   losses (this rank's rows), step_seconds, timed_step_seconds;
+//   memory per rank, counted from the tensors, in bytes:
+//     parameter_bytes       every parameter (P elements, the tied weight once);
+//     gradient_bytes        the gradients kept between steps, after the step: adamw, every
+//                           p.grad(); zero1/zero2, ZeroAdamW::gradient_bytes() (zero2: the
+//                           reduced shard only);
+//     gradient_peak_bytes   the p.grad() bytes right after backward, before the step: every
+//                           variant holds all P gradients then (this ZeroAdamW reduces them
+//                           after backward), 4P;
+//     optimizer_state_bytes adamw, the AdamW state tensors (exp_avg, exp_avg_sq); zero1/2,
+//                           ZeroAdamW::state_bytes(); both after the first step;
+//     activation_bytes      the CPU tensor bytes held when the forward pass returned minus
+//                           those held when it started: what autograd saved for backward,
+//                           plus the logits and the loss. Counted by kit::memory's counting
+//                           CPU allocator (kit/memory.h), enabled before the model is built;
+//                           the largest over the steps. On a GPU: null, "not measured";
+//     peak_tensor_bytes     the most CPU tensor bytes held at once during a step (everything
+//                           above plus the step's transients: the flat gradient buffers);
+//     rss_forward_rise_bytes  the resident set's rise across the same forward (/proc/self/
+//                           statm), the largest over the steps: a cross-check that also sees
+//                           the allocator's own caching (often 0 after the first step, when
+//                           freed memory is reused);
+//     peak_rss_bytes        getrusage's ru_maxrss at the end (the whole process: LibTorch's
+//                           code, the model built from the seed, everything);
+//     formula_bytes         the ZeRO paper's per-rank formulas for fp32 AdamW with
+//                           P = parameter_count: parameters 4P; gradients 4P (adamw,
+//                           zero1) or 4P/n (zero2); optimizer state 8P (adamw) or 8P/n;
+//   communication per step per rank (the world group's counters):
+//     all_reduce_bytes_per_step: the bytes given to all_reduce (adamw: 4P; the counter
+//       records the tensor, not what crossed the wire);
+//     send_bytes_per_step: the bytes sent point to point (zero1/2: the ring's messages);
+//     comm_bytes_per_step: zero1/2 the counted send_bytes; adamw 2(n-1)/n x
+//       all_reduce_bytes (what a ring all-reduce sends per rank: derived, not counted;
+//       "comm_bytes_counted" says which);
+//     formula_all_reduce_comm_bytes_per_step: 2(n-1)/n x 4P;
+//     comm_seconds_per_step: time blocked in the group's collectives and messages.
+#include <sys/resource.h>
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "dist/dist.h"
+#include "dist/launch.h"
+#include "kit/memory.h"
+#include "model/gpt2.h"
+#include "project/cli.h"
+#include "train/loop.h"
+#include "train/loss.h"
+#include "zero/zero.h"
+
+namespace {
+
+struct ZeroRunOptions {
+  kit::RunOptions run;
+  int world_size = 2;
+  int64_t n_layer = 0;  // 0: the preset's
+  int64_t vocab = 1000;
+  int64_t steps = 10;
+  int64_t warmup = -1;  // -1: 1, or 0 when there is a single step
+  double weight_decay = 1e-2;
+  std::string optimizer = "zero1";
+  std::string backend = "gloo";
+  int port = 0;
+};
+
+kit::GPT2Config config_of(const ZeroRunOptions& o) {
+  kit::GPT2Config cfg = kit::model_config(o.run);
+  if (o.n_layer > 0) cfg.n_layer = o.n_layer;
+  if (cfg.vocab_size <= 0) cfg.vocab_size = o.vocab;  // what kit::build_model does
+  return cfg;
+}
+
+int64_t warmup_of(const ZeroRunOptions& o) { return o.warmup >= 0 ? o.warmup : std::min<int64_t>(1, o.steps - 1); }
+
+int stage_of(const std::string& optimizer) { return optimizer == "zero1" ? 1 : optimizer == "zero2" ? 2 : 0; }
+
+// Every check that needs no process: the same in the launcher and in each worker (srun).
+void check_options(const ZeroRunOptions& o, int world_size) {
+  if (o.optimizer != "adamw" && o.optimizer != "zero1" && o.optimizer != "zero2")
+    throw kit::Error("--optimizer " + o.optimizer + " is not one of adamw, zero1, zero2 (ZeRO stage 3, sharded "
+                     "parameters, is not built here)");
+  if (world_size < 1) throw kit::Error("--world-size must be at least 1 (got " + std::to_string(world_size) + ")");
+  if (o.steps < 1) throw kit::Error("--steps must be at least 1 (got " + std::to_string(o.steps) + ")");
+  if (o.warmup >= o.steps || o.warmup < -1)
+    throw kit::Error("--warmup " + std::to_string(o.warmup) + " must be at least 0 and below --steps " +
+                     std::to_string(o.steps) + ": at least one batch must be timed");
+  if (o.run.train.batch_size < 1 || o.run.data.seq_len < 1 || o.vocab < 2)
+    throw kit::Error("--batch-size and --seq-len must be positive and --vocab-size at least 2 (got " +
+                     std::to_string(o.run.train.batch_size) + ", " + std::to_string(o.run.data.seq_len) + ", " +
+                     std::to_string(o.vocab) + ")");
+  if (o.weight_decay < 0) throw kit::Error("--weight-decay must not be negative");
+  const kit::GPT2Config cfg = config_of(o);
+  if (o.run.data.seq_len > cfg.n_positions)
+    throw kit::Error("--seq-len " + std::to_string(o.run.data.seq_len) + " is longer than preset '" + cfg.name +
+                     "' allows (n_positions = " + std::to_string(cfg.n_positions) + ")");
+  if (o.vocab > cfg.vocab_size)
+    throw kit::Error("--vocab-size " + std::to_string(o.vocab) + " is larger than preset '" + cfg.name + "''s " +
+                     std::to_string(cfg.vocab_size) + " tokens");
+}
+
+struct Batch {
+  torch::Tensor idx, labels, mask;
+};
+
+// This rank's synthetic batches (see the top of this file).
+std::vector<Batch> synthetic_batches(const ZeroRunOptions& o, int rank) {
+  torch::manual_seed(o.run.train.seed + 1000 + static_cast<uint64_t>(rank));
+  std::vector<Batch> out;
+  for (int64_t k = 0; k < o.steps; ++k) {
+    auto t = torch::randint(o.vocab, {o.run.train.batch_size, o.run.data.seq_len + 1}, torch::kInt64);
+    out.push_back({t.narrow(1, 0, o.run.data.seq_len).contiguous(), t.narrow(1, 1, o.run.data.seq_len).contiguous(),
+                   torch::ones({o.run.train.batch_size, o.run.data.seq_len})});
+  }
+  return out;
+}
+
+int64_t bytes_of(const torch::Tensor& t) {
+  return t.defined() ? t.numel() * static_cast<int64_t>(t.element_size()) : int64_t{0};
+}
+
+// The AdamW moments this rank keeps (exp_avg, exp_avg_sq, and max_exp_avg_sq with amsgrad).
+int64_t adamw_state_bytes(torch::optim::AdamW& optimizer) {
+  int64_t n = 0;
+  for (const auto& kv : optimizer.state()) {
+    const auto* s = dynamic_cast<const torch::optim::AdamWParamState*>(kv.second.get());
+    if (!s) continue;
+    n += bytes_of(s->exp_avg()) + bytes_of(s->exp_avg_sq()) + bytes_of(s->max_exp_avg_sq());
+  }
+  return n;
+}
+
+int64_t rss_bytes() {
+  std::ifstream f("/proc/self/statm");
+  int64_t size = 0, resident = 0;
+  f >> size >> resident;
+  return resident * static_cast<int64_t>(::sysconf(_SC_PAGESIZE));
+}
+
+int64_t peak_rss_bytes() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<int64_t>(u.ru_maxrss) * 1024;  // Linux reports KiB
+}
+
+// Plain data parallelism's reduction: one all-reduce of all gradients, then / n.
+void average_gradients(const std::vector<torch::Tensor>& params, const kit::dist::Group& world) {
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> flat;
+  for (const auto& p : params)
+    flat.push_back(p.grad().defined() ? p.grad().reshape({-1}) : torch::zeros({p.numel()}, p.options()));
+  torch::Tensor buffer = torch::cat(flat);
+  kit::dist::all_reduce(buffer, kit::dist::ReduceOp::SUM, world);
+  buffer.div_(world.size());
+  int64_t at = 0;
+  for (const auto& p : params) {
+    if (p.grad().defined()) p.mutable_grad().copy_(buffer.narrow(0, at, p.numel()).view(p.sizes()));
+    at += p.numel();
+  }
+}
+
+int worker_main(const ZeroRunOptions& o, int rank, int W, const std::string& launcher) {
+  check_options(o, W);
+  kit::dist::init_process_group(o.backend, rank, W);
+  kit::set_threads(o.run.train.threads);
+  const torch::Device device = kit::dist::device();
+  const kit::GPT2Config cfg = config_of(o);
+  const kit::dist::Group world = kit::dist::world_group();
+  // Every CPU tensor from here on is counted (kit/memory.h): the model, the state, the
+  // activations. On a GPU the activations are not measured.
+  const bool count_memory = device.is_cpu();
+  if (count_memory) kit::memory::enable_cpu_counting();
+
+  const std::vector<Batch> batches = synthetic_batches(o, rank);
+  kit::GPT2 model = kit::build_model(cfg, o.vocab, o.run.data.seq_len, o.run.train.seed);
+  model->to(device);
+  model->train();
+  torch::manual_seed(o.run.train.seed + 1 + static_cast<uint64_t>(rank));  // dropout: this rank's own
+  const std::vector<torch::Tensor> params = model->parameters();  // the tied weight once
+  int64_t P = 0, parameter_bytes = 0;
+  for (const auto& p : params) {
+    P += p.numel();
+    parameter_bytes += bytes_of(p);
+  }
+
+  const int stage = stage_of(o.optimizer);
+  std::unique_ptr<torch::optim::AdamW> adamw;
+  std::unique_ptr<kit::zero::ZeroAdamW> zero;
+  if (stage == 0) {
+    adamw = std::make_unique<torch::optim::AdamW>(
+        params, torch::optim::AdamWOptions(o.run.train.lr).weight_decay(o.weight_decay));
+  } else {
+    kit::zero::ZeroOptions zo;
+    zo.stage = stage;
+    zo.lr = o.run.train.lr;
+    zo.weight_decay = o.weight_decay;
+    zero = std::make_unique<kit::zero::ZeroAdamW>(params, world, zo);
+  }
+  if (rank == 0)
+    std::cout << "rank 0 of " << W << " (" << launcher << ", " << o.backend << "): data parallel with "
+              << o.optimizer << ", " << cfg.n_layer << " blocks, " << P << " parameters, " << o.run.train.batch_size
+              << " rows per rank" << std::endl;
+
+  const int64_t warmup = warmup_of(o);
+  std::vector<double> losses, step_seconds;
+  int64_t optimizer_bytes = 0, gradient_bytes = 0, activation_bytes = 0, rss_rise = 0, peak_tensor_bytes = 0,
+          gradient_peak_bytes = 0;
+  auto t_timed = std::chrono::steady_clock::now();
+  for (int64_t k = 0; k < o.steps; ++k) {
+    if (k == warmup) {
+      world.reset_counters();
+      t_timed = std::chrono::steady_clock::now();
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    kit::memory::reset_cpu_peak();
+    if (adamw) adamw->zero_grad();
+    else zero->zero_grad();
+    const Batch& b = batches[static_cast<size_t>(k)];
+    const torch::Tensor idx = b.idx.to(device), labels = b.labels.to(device), mask = b.mask.to(device);
+    torch::Tensor loss;
+    {
+      const int64_t rss0 = rss_bytes(), held0 = kit::memory::cpu_bytes_now();
+      loss = kit::masked_cross_entropy(model->forward(idx), labels, mask);
+      activation_bytes = std::max(activation_bytes, kit::memory::cpu_bytes_now() - held0);
+      rss_rise = std::max(rss_rise, rss_bytes() - rss0);
+    }
+    loss.backward();
+    int64_t after_backward = 0;  // every variant: all of this rank's gradients, before the step
+    for (const auto& p : params) after_backward += bytes_of(p.grad());
+    gradient_peak_bytes = std::max(gradient_peak_bytes, after_backward);
+    if (adamw) {
+      average_gradients(params, world);
+      adamw->step();
+    } else {
+      zero->step();
+    }
+    // What this rank keeps between steps (measured once every step's tensors exist).
+    if (k == 0) {
+      if (adamw) {
+        optimizer_bytes = adamw_state_bytes(*adamw);
+        for (const auto& p : params) gradient_bytes += bytes_of(p.grad());
+      } else {
+        optimizer_bytes = zero->state_bytes();
+        gradient_bytes = zero->gradient_bytes();
+      }
+    }
+    peak_tensor_bytes = std::max(peak_tensor_bytes, kit::memory::cpu_bytes_peak());
+    losses.push_back(loss.item<double>());
+    step_seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    if (rank == 0 && o.run.train.progress)
+      std::cout << "step " << k << "  loss " << losses.back() << "  " << step_seconds.back() << " s" << std::endl;
+  }
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_timed).count();
+  const kit::dist::Counters c = world.counters();  // the timed steps only
+
+  if (!o.run.out.empty()) {
+    const int64_t timed_steps = o.steps - warmup;
+    const int64_t B = o.run.train.batch_size, T = o.run.data.seq_len;
+    const double n = W, ring = 2.0 * (n - 1) / n;
+    const double ar_bytes = static_cast<double>(c.all_reduce_bytes) / timed_steps;
+    const double send_bytes = static_cast<double>(c.send_bytes) / timed_steps;
+    const std::vector<double> timed(step_seconds.begin() + warmup, step_seconds.end());
+    const double p4 = 4.0 * static_cast<double>(P);
+    const double f_grads = stage == 2 ? p4 / n : p4, f_state = stage == 0 ? 2 * p4 : 2 * p4 / n;
+    nlohmann::json m = {
+        {"program", "run_zero"}, {"optimizer", o.optimizer}, {"zero_stage", stage}, {"preset", o.run.preset},
+        {"n_layer", cfg.n_layer}, {"n_head", cfg.n_head}, {"n_embd", cfg.n_embd}, {"vocab_size", cfg.vocab_size},
+        {"world_size", W}, {"rank", rank}, {"backend", o.backend}, {"launcher", launcher},
+        {"batch_size_per_rank", B}, {"global_batch_size", B * W}, {"seq_len", T}, {"steps", o.steps},
+        {"warmup", warmup}, {"lr", o.run.train.lr}, {"weight_decay", o.weight_decay},
+        {"threads", o.run.train.threads}, {"step_seconds", step_seconds}, {"timed_step_seconds", timed},
+        {"training_time", wall},
+        {"tokens_per_sec", wall > 0 ? static_cast<double>(timed_steps * B * T) / wall : 0.0},
+        {"tokens_per_sec_summed_over_ranks", false},
+        {"losses", losses},
+        {"parameter_count", P},
+        {"parameter_bytes", parameter_bytes},
+        {"gradient_bytes", gradient_bytes},
+        {"gradient_peak_bytes", gradient_peak_bytes},
+        {"optimizer_state_bytes", optimizer_bytes},
+        {"activation_bytes", count_memory ? nlohmann::json(activation_bytes) : nlohmann::json()},
+        {"peak_tensor_bytes", count_memory ? nlohmann::json(peak_tensor_bytes) : nlohmann::json()},
+        {"activation_measure",
+         count_memory ? "kit::memory's counting CPU allocator: the tensor bytes held when the forward pass returned "
+                        "minus those held when it started (what autograd saved for backward, plus the logits and "
+                        "the loss), the largest over the steps"
+                      : "not measured: kit::memory counts CPU tensors only, and this rank computes on " +
+                            device.str()},
+        {"rss_forward_rise_bytes", rss_rise},
+        {"peak_rss_bytes", peak_rss_bytes()},
+        {"formula_bytes",
+         {{"parameters", p4}, {"gradients", f_grads}, {"optimizer_state", f_state},
+          {"total", p4 + f_grads + f_state}}},
+        {"all_reduce_bytes_per_step", ar_bytes},
+        {"send_bytes_per_step", send_bytes},
+        {"comm_bytes_per_step", stage == 0 ? ring * ar_bytes : send_bytes},
+        {"comm_bytes_counted", stage != 0},
+        {"formula_all_reduce_comm_bytes_per_step", ring * p4},
+        {"comm_seconds_per_step", c.comm_seconds / timed_steps}};
+    const std::filesystem::path path(kit::rank_path(o.run.out, rank, W));
+    if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path());
+    std::ofstream f(path);
+    f << m.dump(1) << "\n";
+    if (!f) throw kit::Error("cannot write the metrics to " + path.string());
+  }
+  kit::dist::destroy_process_group();
+  return 0;
+}
+
+int launcher_main(const ZeroRunOptions& o) {
+  const int W = o.world_size;
+  check_options(o, W);  // a bad flag fails here, before any process
+  kit::RendezvousServer server(kit::choose_port(o.port));
+  if (W == 1) {
+    // The one rank runs here, as a client of this process's store (what the workers get).
+    const auto& rv = server.rendezvous();
+    ::setenv("MASTER_ADDR", rv.master_addr.c_str(), 1);
+    ::setenv("MASTER_PORT", std::to_string(rv.master_port).c_str(), 1);
+    ::setenv("KIT_STORE_HOSTED", "1", 1);
+    return worker_main(o, 0, 1, "none");
+  }
+  std::cout << "starting " << W << " data-parallel ranks (" << o.backend << ", " << o.optimizer
+            << "), rendezvous at " << server.rendezvous().master_addr << ":" << server.rendezvous().master_port
+            << std::endl;
+  std::vector<kit::Process> procs;
+  for (int r = 0; r < W; ++r) procs.emplace_back(r, W, server.rendezvous());
+  for (auto& p : procs) p.start();
+  kit::join_all(procs);  // a failed rank stops the others and is named
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Data-parallel training of GPT-2 across processes with plain AdamW (every rank holds all of the "
+               "optimizer state) or ZeRO stage 1 / 2 (the state, and at stage 2 the gradients, sharded across the "
+               "ranks); counts each rank's parameter, gradient, optimizer-state and activation bytes."};
+  ZeroRunOptions o;
+  o.run.preset = "cpu-small";
+  o.run.train.batch_size = 8;
+  o.run.data.seq_len = 64;
+  o.run.out = "runs/zero/{world}/rank{rank}.json";
+  std::string presets;
+  for (const auto& n : kit::gpt2_preset_names()) presets += (presets.empty() ? "" : ", ") + n;
+  app.add_option("--world-size,--world_size", o.world_size,
+                 "Data-parallel ranks n the kit starts (under srun or torchrun: taken from there)")
+      ->capture_default_str();
+  app.add_option("--optimizer", o.optimizer,
+                 "adamw (plain data parallelism: all-reduce, then torch::optim::AdamW), zero1 (ZeroAdamW stage 1: "
+                 "optimizer state sharded) or zero2 (stage 2: gradients sharded too)")
+      ->capture_default_str();
+  app.add_option("--preset,--model", o.run.preset, "Model preset: " + presets)->capture_default_str();
+  app.add_option("--n-layer", o.n_layer, "Transformer blocks (default: the preset's)");
+  app.add_option("--dropout", o.run.dropout, "Dropout probability (default: the preset's)");
+  app.add_option("--batch-size", o.run.train.batch_size,
+                 "Rows per rank and step (each rank runs its own rows: the global batch is n times this)")
+      ->capture_default_str();
+  app.add_option("--seq-len", o.run.data.seq_len, "Tokens per row")->capture_default_str();
+  app.add_option("--vocab-size", o.vocab, "Vocabulary of the synthetic tokens")->capture_default_str();
+  app.add_option("--steps", o.steps, "Batches, one optimizer step each")->capture_default_str();
+  app.add_option("--warmup", o.warmup, "The first W of the --steps batches are not timed (default 1; 0 when "
+                                       "--steps is 1)");
+  app.add_option("--weight-decay", o.weight_decay, "AdamW's decoupled weight decay")->capture_default_str();
+  kit::add_process_options(app, o.run, o.backend, o.port);
+  app.add_flag("!--no-progress", o.run.train.progress, "Do not print the loss of every step");
+  app.footer(
+      "Metrics per rank (--out): tokens_per_sec (this rank's rows; sum over ranks for the job), losses, step "
+      "seconds; bytes per rank counted from the tensors: parameter_bytes, gradient_bytes (kept between steps), "
+      "optimizer_state_bytes, activation_bytes (CPU tensor bytes held after the forward pass minus before it, "
+      "counted by kit::memory's counting allocator; not measured on a GPU), peak_tensor_bytes, "
+      "rss_forward_rise_bytes and peak_rss_bytes (the process), "
+      "beside formula_bytes (fp32 AdamW: 4P + 4P + 8P for adamw, 4P + 4P + 8P/n for zero1, 4P + 12P/n for "
+      "zero2); communication per step per rank (send_bytes for the ring, all_reduce_bytes for adamw) against "
+      "all-reduce's 2(n-1)/n x 4P.");
+  return kit::guarded_main(argc, argv, app, [&] {
+    const bool world_size_given = app.count("--world-size") > 0;
+    return kit::launcher_or_worker(
+        world_size_given ? o.world_size : 0, [&] { return launcher_main(o); },
+        [&](const kit::WorldInfo& w) { return worker_main(o, w.rank, w.world_size, w.launcher_name()); });
+  });
+}
