@@ -1,0 +1,75 @@
+// Given code for Problem 6: the shape check, and every group of the grid as a dist subgroup.
+#include <set>
+
+#include "grid/grid.h"
+#include "kit/errors.h"
+
+namespace kit::grid {
+
+std::string GridShape::str() const {
+  return "d=" + std::to_string(dp) + " p=" + std::to_string(pp) + " t=" + std::to_string(tp);
+}
+
+const char* name_of(GroupKind kind) {
+  switch (kind) {
+    case GroupKind::Data: return "data";
+    case GroupKind::Tensor: return "tensor";
+    case GroupKind::Pipeline: return "pipeline";
+  }
+  return "?";
+}
+
+void check_shape(const GridShape& shape, int world_size) {
+  if (shape.dp < 1 || shape.pp < 1 || shape.tp < 1)
+    throw Error("the grid " + shape.str() + " has an axis below 1: --dp, --pp and --tp must each be at least 1");
+  if (shape.world() != world_size)
+    throw Error("the grid " + shape.str() + " has d*p*t = " + std::to_string(shape.world()) + " ranks, but the world has " +
+                std::to_string(world_size) + ": choose --dp, --pp and --tp whose product is " +
+                std::to_string(world_size) + " (or run " + std::to_string(shape.world()) + " processes)");
+}
+
+namespace {
+// Every group of one kind, each once, ordered by its lowest rank: what every rank must
+// create, in the same order.
+std::vector<std::vector<int>> all_groups(GroupKind kind, const GridShape& shape) {
+  std::set<std::vector<int>> seen;
+  std::vector<std::vector<int>> out;
+  for (int r = 0; r < shape.world(); ++r) {
+    auto g = group_ranks(kind, r, shape);
+    if (seen.insert(g).second) out.push_back(std::move(g));
+  }
+  return out;
+}
+}  // namespace
+
+ProcessGrid make_process_grid(const GridShape& shape) {
+  check_shape(shape, dist::get_world_size());
+  ProcessGrid grid;
+  grid.shape = shape;
+  const int me = dist::get_rank();
+  grid.coords = coordinates_of(me, shape);
+  if (rank_of(grid.coords, shape) != me)
+    throw Error("coordinates_of and rank_of disagree on rank " + std::to_string(me) + " of the grid " + shape.str());
+  for (const GroupKind kind : {GroupKind::Tensor, GroupKind::Data, GroupKind::Pipeline}) {
+    int i = 0;
+    for (const auto& ranks : all_groups(kind, shape)) {
+      const std::string name = std::string(name_of(kind)) + std::to_string(i++);
+      dist::Group g = dist::new_group(ranks, name);
+      if (!g.is_member()) continue;
+      (kind == GroupKind::Data ? grid.data : kind == GroupKind::Tensor ? grid.tensor : grid.pipeline) = g;
+    }
+  }
+  // This rank's pipeline's embedding group: a member on the first and last stage, a
+  // non-member handle in between.
+  const std::vector<int> my_pipeline = group_ranks(GroupKind::Pipeline, me, shape);
+  int i = 0;
+  for (const auto& pipe : all_groups(GroupKind::Pipeline, shape)) {
+    std::vector<int> ends = {pipe.front()};
+    if (pipe.size() > 1) ends.push_back(pipe.back());
+    dist::Group g = dist::new_group(ends, "embedding" + std::to_string(i++));
+    if (pipe == my_pipeline) grid.embedding = g;
+  }
+  return grid;
+}
+
+}  // namespace kit::grid
