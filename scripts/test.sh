@@ -4,7 +4,7 @@
 # solution, the starter and each known-wrong submission: grader/wrong_submissions/ for
 # Assignment 1, grader/assignment<N>/wrong_submissions/ for assignment N).
 #   scripts/test.sh [--quick] [build-dir]     (default build dir: build)
-#   --quick   skip the grader self-tests (about 22 minutes of the total on 2 cores)
+#   --quick   skip the grader self-tests (about 28 minutes of the total on 2 cores)
 # It installs python3-torch too and requires it: the tests that read the kit's checkpoints
 # with Python's torch.load fail here, instead of skipping, when PyTorch is missing.
 set -euo pipefail
