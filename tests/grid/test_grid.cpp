@@ -41,6 +41,13 @@ int axis_coord(GroupKind kind, const grid::Coordinates& c) {
 }
 const std::vector<GroupKind> kKinds = {GroupKind::Data, GroupKind::Tensor, GroupKind::Pipeline};
 
+// Every member is a rank of the world.
+bool in_world(const std::vector<int>& g, const GridShape& s) {
+  for (int x : g)
+    if (x < 0 || x >= s.world()) return false;
+  return true;
+}
+
 std::string str(const std::vector<int>& v) {
   std::string s = "{";
   for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
@@ -101,6 +108,7 @@ TEST(Grid, TensorGroupsAreConsecutiveAndPipelinesStridedByWOverP) {
   for (const auto& s : shapes_of_8_and_12())
     for (int r = 0; r < s.world(); ++r) {
       const auto t = grid::group_ranks(GroupKind::Tensor, r, s);
+      ASSERT_TRUE(in_world(t, s)) << "tensor group " << str(t) << " of rank " << r << " on " << s.str();
       for (size_t i = 1; i < t.size(); ++i) EXPECT_EQ(t[i], t[i - 1] + 1) << "tensor group " << str(t) << " on " << s.str();
       const auto d = grid::group_ranks(GroupKind::Data, r, s);
       for (size_t i = 1; i < d.size(); ++i) EXPECT_EQ(d[i], d[i - 1] + s.tp) << "data group " << str(d) << " on " << s.str();
@@ -116,6 +124,7 @@ TEST(Grid, TensorGroupNeverSpansTwoNodes) {
       if (gpus_per_node % s.tp == 0)
         for (int r = 0; r < s.world(); ++r) {
           const auto t = grid::group_ranks(GroupKind::Tensor, r, s);
+          ASSERT_TRUE(in_world(t, s)) << "tensor group " << str(t) << " of rank " << r << " on " << s.str();
           std::set<int> nodes;
           for (int x : t) nodes.insert(grid::node_of(x, gpus_per_node));
           EXPECT_EQ(nodes.size(), 1u) << "tensor group " << str(t) << " on " << s.str() << " spans "
