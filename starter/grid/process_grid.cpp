@@ -1,4 +1,5 @@
 // Given code for Problem 6: the shape check, and every group of the grid as a dist subgroup.
+#include <algorithm>
 #include <set>
 
 #include "grid/grid.h"
@@ -40,16 +41,38 @@ std::vector<std::vector<int>> all_groups(GroupKind kind, const GridShape& shape)
   }
   return out;
 }
+
+// The grid's arithmetic checked for every rank, on every rank, before any group is created:
+// a wrong coordinates_of, rank_of or group_ranks then fails the same way everywhere at once,
+// instead of leaving some ranks waiting for peers in a group that will never form.
+void check_grid_functions(const GridShape& shape) {
+  const std::string where = " on the grid " + shape.str();
+  for (int r = 0; r < shape.world(); ++r) {
+    const Coordinates c = coordinates_of(r, shape);
+    if (c.dp < 0 || c.dp >= shape.dp || c.pp < 0 || c.pp >= shape.pp || c.tp < 0 || c.tp >= shape.tp)
+      throw Error("coordinates_of(" + std::to_string(r) + ") is dp " + std::to_string(c.dp) + " pp " +
+                  std::to_string(c.pp) + " tp " + std::to_string(c.tp) + ", outside" + where);
+    if (rank_of(c, shape) != r)
+      throw Error("coordinates_of and rank_of disagree on rank " + std::to_string(r) + where);
+    for (const GroupKind kind : {GroupKind::Tensor, GroupKind::Data, GroupKind::Pipeline}) {
+      const std::vector<int> g = group_ranks(kind, r, shape);
+      bool ok = std::find(g.begin(), g.end(), r) != g.end();
+      for (int x : g) ok = ok && x >= 0 && x < shape.world();
+      if (!ok)
+        throw Error(std::string("group_ranks(") + name_of(kind) + ", " + std::to_string(r) +
+                    ") lists a rank outside the world or leaves out rank " + std::to_string(r) + where);
+    }
+  }
+}
 }  // namespace
 
 ProcessGrid make_process_grid(const GridShape& shape) {
   check_shape(shape, dist::get_world_size());
+  check_grid_functions(shape);
   ProcessGrid grid;
   grid.shape = shape;
   const int me = dist::get_rank();
   grid.coords = coordinates_of(me, shape);
-  if (rank_of(grid.coords, shape) != me)
-    throw Error("coordinates_of and rank_of disagree on rank " + std::to_string(me) + " of the grid " + shape.str());
   for (const GroupKind kind : {GroupKind::Tensor, GroupKind::Data, GroupKind::Pipeline}) {
     int i = 0;
     for (const auto& ranks : all_groups(kind, shape)) {
