@@ -203,11 +203,7 @@ int worker_main(const CollectivesOptions& o, int rank, int W, const std::string&
                               {"backend", o.backend}, {"launcher", launcher}, {"dtype", "float32"},
                               {"warmup", o.warmup}, {"iters", o.iters}, {"threads", o.threads},
                               {"busbw_factor", bus}, {"sizes", rows}};
-    const std::filesystem::path path(kit::rank_path(o.out, rank, W));
-    if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path());
-    std::ofstream f(path);
-    f << m.dump(1) << "\n";
-    if (!f) throw kit::Error("cannot write the results to " + path.string());
+    kit::write_rank_json(o.out, rank, W, m.dump(1));
   }
   kit::dist::destroy_process_group();
   return 0;
@@ -216,14 +212,7 @@ int worker_main(const CollectivesOptions& o, int rank, int W, const std::string&
 int launcher_main(const CollectivesOptions& o) {
   const int W = o.world_size;
   check_options(o, W);  // a bad flag fails here, before any process
-  kit::RendezvousServer server(kit::choose_port(o.port));
-  std::cout << "starting " << W << " ranks (" << o.backend << "), rendezvous at " << server.rendezvous().master_addr
-            << ":" << server.rendezvous().master_port << std::endl;
-  std::vector<kit::Process> procs;
-  for (int r = 0; r < W; ++r) procs.emplace_back(r, W, server.rendezvous());
-  for (auto& p : procs) p.start();
-  kit::join_all(procs);  // a failed rank stops the others and is named
-  return 0;
+  return kit::serve_and_start_ranks(W, o.port, "ranks (" + o.backend + ")", [&] { return worker_main(o, 0, 1, "none"); });
 }
 
 }  // namespace

@@ -369,11 +369,7 @@ int worker_main(const PpOptions& o, int rank, int W, const std::string& launcher
                         {"recv_seconds", p2p.recv_seconds()},
                         {"memory", memory_json(o.memory, device, memory)}};
     if (holds_loss) m["losses"] = losses;
-    const std::filesystem::path path(kit::rank_path(o.run.out, rank, W));
-    if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path());
-    std::ofstream f(path);
-    f << m.dump(1) << "\n";
-    if (!f) throw kit::Error("cannot write the metrics to " + path.string());
+    kit::write_rank_json(o.run.out, rank, W, m.dump(1));
   }
   if (W > 1) kit::dist::destroy_process_group();
   return 0;
@@ -384,13 +380,7 @@ int launcher_main(const PpOptions& o) {
   const pp::Schedules schedules = checked_schedules(o, W);  // bad flags and schedules fail here, fast
   (void)schedules;
   if (W == 1) return worker_main(o, 0, 1, "none");
-  kit::RendezvousServer server(kit::choose_port(o.port));
-  std::cout << "starting " << W << " pipeline ranks (" << o.backend << ", " << o.schedule << "), rendezvous at "
-            << server.rendezvous().master_addr << ":" << server.rendezvous().master_port << std::endl;
-  std::vector<kit::Process> procs;
-  for (int r = 0; r < W; ++r) procs.emplace_back(r, W, server.rendezvous());
-  for (auto& p : procs) p.start();
-  kit::join_all(procs);  // a failed rank stops the others and is named
+  kit::serve_and_start_ranks(W, o.port, "pipeline ranks (" + o.backend + ", " + o.schedule + ")", nullptr);
   if (!o.save.empty()) std::cout << "saved " << W << " rank file(s) in " << o.save << std::endl;
   return 0;
 }

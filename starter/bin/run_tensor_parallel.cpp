@@ -231,11 +231,7 @@ int worker_main(const TpOptions& o, int rank, int W, const std::string& launcher
         {"parameter_bytes", bytes_json(mine)}, {"full_parameter_bytes", bytes_json(full_bytes)},
         {"blocks_fraction", full_bytes.blocks > 0 ? static_cast<double>(mine.blocks) / full_bytes.blocks : 0.0},
         {"optimizer_state_bytes", optimizer_bytes}};
-    const std::filesystem::path path(kit::rank_path(o.run.out, rank, W));
-    if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path());
-    std::ofstream f(path);
-    f << m.dump(1) << "\n";
-    if (!f) throw kit::Error("cannot write the metrics to " + path.string());
+    kit::write_rank_json(o.run.out, rank, W, m.dump(1));
   }
   kit::dist::destroy_process_group();
   return 0;
@@ -244,22 +240,9 @@ int worker_main(const TpOptions& o, int rank, int W, const std::string& launcher
 int launcher_main(const TpOptions& o) {
   const int W = o.world_size;
   check_options(o, W);  // a t that does not divide the model's sizes fails here, before any process
-  kit::RendezvousServer server(kit::choose_port(o.port));
-  if (W == 1) {
-    // The one rank runs here, as a client of this process's store (what the workers get).
-    const auto& rv = server.rendezvous();
-    ::setenv("MASTER_ADDR", rv.master_addr.c_str(), 1);
-    ::setenv("MASTER_PORT", std::to_string(rv.master_port).c_str(), 1);
-    ::setenv("KIT_STORE_HOSTED", "1", 1);
-    return worker_main(o, 0, 1, "none");
-  }
-  std::cout << "starting " << W << " tensor-parallel ranks (" << o.backend << "), rendezvous at "
-            << server.rendezvous().master_addr << ":" << server.rendezvous().master_port << std::endl;
-  std::vector<kit::Process> procs;
-  for (int r = 0; r < W; ++r) procs.emplace_back(r, W, server.rendezvous());
-  for (auto& p : procs) p.start();
-  kit::join_all(procs);  // a failed rank stops the others and is named
-  return 0;
+  // With --world-size 1 the one rank runs in this process.
+  return kit::serve_and_start_ranks(W, o.port, "tensor-parallel ranks (" + o.backend + ")",
+                                    [&] { return worker_main(o, 0, 1, "none"); });
 }
 
 }  // namespace

@@ -334,11 +334,7 @@ int worker_main(const ZeroRunOptions& o, int rank, int W, const std::string& lau
         {"comm_bytes_counted", stage != 0},
         {"formula_all_reduce_comm_bytes_per_step", ring * p4},
         {"comm_seconds_per_step", c.comm_seconds / timed_steps}};
-    const std::filesystem::path path(kit::rank_path(o.run.out, rank, W));
-    if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path());
-    std::ofstream f(path);
-    f << m.dump(1) << "\n";
-    if (!f) throw kit::Error("cannot write the metrics to " + path.string());
+    kit::write_rank_json(o.run.out, rank, W, m.dump(1));
   }
   kit::dist::destroy_process_group();
   return 0;
@@ -347,23 +343,9 @@ int worker_main(const ZeroRunOptions& o, int rank, int W, const std::string& lau
 int launcher_main(const ZeroRunOptions& o) {
   const int W = o.world_size;
   check_options(o, W);  // a bad flag fails here, before any process
-  kit::RendezvousServer server(kit::choose_port(o.port));
-  if (W == 1) {
-    // The one rank runs here, as a client of this process's store (what the workers get).
-    const auto& rv = server.rendezvous();
-    ::setenv("MASTER_ADDR", rv.master_addr.c_str(), 1);
-    ::setenv("MASTER_PORT", std::to_string(rv.master_port).c_str(), 1);
-    ::setenv("KIT_STORE_HOSTED", "1", 1);
-    return worker_main(o, 0, 1, "none");
-  }
-  std::cout << "starting " << W << " data-parallel ranks (" << o.backend << ", " << o.optimizer
-            << "), rendezvous at " << server.rendezvous().master_addr << ":" << server.rendezvous().master_port
-            << std::endl;
-  std::vector<kit::Process> procs;
-  for (int r = 0; r < W; ++r) procs.emplace_back(r, W, server.rendezvous());
-  for (auto& p : procs) p.start();
-  kit::join_all(procs);  // a failed rank stops the others and is named
-  return 0;
+  // With --world-size 1 the one rank runs in this process.
+  return kit::serve_and_start_ranks(W, o.port, "data-parallel ranks (" + o.backend + ", " + o.optimizer + ")",
+                                    [&] { return worker_main(o, 0, 1, "none"); });
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include "project/cli.h"
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -68,6 +69,30 @@ void write_file_atomically(const std::string& path, const std::vector<char>& byt
     if (!f) throw Error("cannot write " + tmp + ": check that " + flag + " names a writable directory");
   }
   std::filesystem::rename(tmp, target);
+}
+
+void write_rank_json(const std::string& pattern, int rank, int world_size, const std::string& json_text,
+                     const std::string& flag) {
+  const std::string text = json_text + "\n";
+  write_file_atomically(rank_path(pattern, rank, world_size), std::vector<char>(text.begin(), text.end()), flag);
+}
+
+int serve_and_start_ranks(int world_size, int port, const std::string& what, const std::function<int()>& single_rank) {
+  RendezvousServer server(choose_port(port));
+  const auto& rv = server.rendezvous();
+  if (world_size == 1) {
+    ::setenv("MASTER_ADDR", rv.master_addr.c_str(), 1);
+    ::setenv("MASTER_PORT", std::to_string(rv.master_port).c_str(), 1);
+    ::setenv("KIT_STORE_HOSTED", "1", 1);
+    return single_rank();
+  }
+  std::cout << "starting " << world_size << " " << what << ", rendezvous at " << rv.master_addr << ":"
+            << rv.master_port << std::endl;
+  std::vector<Process> procs;
+  for (int r = 0; r < world_size; ++r) procs.emplace_back(r, world_size, rv);
+  for (auto& p : procs) p.start();
+  join_all(procs);  // a failed rank stops the others and is named
+  return 0;
 }
 
 int guarded_main(int argc, char** argv, CLI::App& app, const std::function<int()>& body) {

@@ -48,6 +48,19 @@ int launcher_or_worker(int world_size_flag, const std::function<int()>& launcher
 // and a pattern without {rank} gets ".rank<r>" before its extension (out.json -> out.rank1.json).
 std::string rank_path(const std::string& pattern, int rank, int world_size);
 
+// One rank's metrics (`json_text`, a JSON dump) to rank_path(pattern, rank, world_size),
+// written with write_file_atomically (`flag`: the option that chose the pattern).
+void write_rank_json(const std::string& pattern, int rank, int world_size, const std::string& json_text,
+                     const std::string& flag = "--out");
+
+// The launcher of a multi-process program (launcher_or_worker's `launcher`): serves the
+// rendezvous on `port` (0: a free one). With world_size 1 it runs `single_rank()` in this
+// process, as a client of that store (MASTER_ADDR, MASTER_PORT and KIT_STORE_HOSTED set, as a
+// worker gets them); otherwise it starts world_size copies of this program as the ranks and
+// joins them (a failed rank stops the others and is named). Prints "starting <W> <what>,
+// rendezvous at <address>:<port>".
+int serve_and_start_ranks(int world_size, int port, const std::string& what, const std::function<int()>& single_rank);
+
 // Writes `bytes` to `path` through a temporary file and a rename, so a reader never sees a
 // half-written file under the final name; creates the parent directories. kit::Error naming
 // the path and `flag` (the option that chose it) when it cannot be written.
