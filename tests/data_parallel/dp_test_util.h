@@ -80,6 +80,31 @@ inline RunResult run(const std::vector<std::string>& argv, const std::vector<std
   return r;
 }
 
+// Runs one of the kit's programs under a deadline, with the launch variables cleared unless
+// `env` sets them (a test may itself run under srun or torchrun), one thread, and a short
+// communication timeout, so that a rank left waiting fails in seconds, not at ctest's deadline.
+inline RunResult run_kit_program(const std::vector<std::string>& argv, const std::string& log,
+                                 std::vector<std::pair<std::string, std::string>> env = {}, double timeout_s = 60,
+                                 const std::string& dist_timeout = "10") {
+  for (const char* v : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "KIT_STORE_HOSTED",
+                        "SLURM_PROCID", "SLURM_NTASKS", "SLURM_STEP_ID", "SLURM_STEPID"}) {
+    bool given = false;
+    for (const auto& e : env) given = given || e.first == v;
+    if (!given && std::getenv(v)) env.push_back({v, ""});  // empty counts as unset
+  }
+  env.push_back({"KIT_DIST_TIMEOUT", dist_timeout});
+  env.push_back({"OMP_NUM_THREADS", "1"});
+  return run(argv, env, log, timeout_s);
+}
+
+// A run's exit, duration and output, for a failed expectation's message.
+inline std::string describe_run(const RunResult& r) {
+  std::ostringstream s;
+  s << "exit code " << r.exitcode << (r.timed_out ? " (killed at the deadline)" : "") << " after " << r.seconds
+    << " s; output:\n" << r.output;
+  return s.str();
+}
+
 // A port nobody listens on right now (the kernel's choice for port 0).
 inline int free_port() {
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);

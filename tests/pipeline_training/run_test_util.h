@@ -47,28 +47,14 @@ inline std::vector<std::string> program_args(const RunSpec& s, const std::string
           "--seed", std::to_string(kSeed), "--threads", "1", "--no-progress", "--out", dir + "/metrics/{rank}.json"};
 }
 
-// Runs the program under a deadline with the launch variables cleared (a test may itself
-// run under srun or torchrun) and a short communication timeout, so that an executor that
+// Runs the program under a deadline (dp_test::run_kit_program), so that an executor that
 // leaves a peer waiting fails in seconds rather than at ctest's deadline.
 inline dp_test::RunResult run_program(const std::vector<std::string>& argv, Env env, const std::string& log,
                                       double timeout_s = 50, const std::string& dist_timeout = "10") {
-  for (const char* v : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "KIT_STORE_HOSTED",
-                        "SLURM_PROCID", "SLURM_NTASKS", "SLURM_STEP_ID", "SLURM_STEPID"}) {
-    bool given = false;
-    for (const auto& e : env) given = given || e.first == v;
-    if (!given && std::getenv(v)) env.push_back({v, ""});  // empty counts as unset
-  }
-  env.push_back({"KIT_DIST_TIMEOUT", dist_timeout});
-  env.push_back({"OMP_NUM_THREADS", "1"});
-  return dp_test::run(argv, env, log, timeout_s);
+  return dp_test::run_kit_program(argv, log, std::move(env), timeout_s, dist_timeout);
 }
 
-inline std::string describe(const dp_test::RunResult& r) {
-  std::ostringstream s;
-  s << "exit code " << r.exitcode << (r.timed_out ? " (killed at the deadline)" : "") << " after " << r.seconds
-    << " s; output:\n" << r.output;
-  return s.str();
-}
+inline std::string describe(const dp_test::RunResult& r) { return dp_test::describe_run(r); }
 
 // {"schedules": [[{"op": "F", "microbatch": 0, "chunk": 0}, ...], ...]}, written here by
 // hand so the file does not depend on the kit's own JSON functions.

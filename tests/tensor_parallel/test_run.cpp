@@ -18,7 +18,6 @@
 #endif
 
 namespace {
-using Env = std::vector<std::pair<std::string, std::string>>;
 
 // Tiny, with 4 heads so that t = 2 and 4 both divide them.
 constexpr int64_t kHeads = 4, kVocab = 64, kBatch = 4, kSeqLen = 16, kSteps = 2;
@@ -29,23 +28,6 @@ std::vector<std::string> args(int t, const std::string& dir, int64_t vocab = kVo
           std::to_string(kSeqLen), "--vocab-size", std::to_string(vocab), "--steps", std::to_string(kSteps),
           "--lr", "0.001", "--seed", "7", "--threads", "1", "--no-progress",
           "--out", dir + "/metrics/{rank}.json", "--save-checkpoint", dir + "/model.pt"};
-}
-
-// Under a deadline, with the launch variables cleared (ctest may itself run under srun
-// or torchrun) and a short communication timeout, so a stuck rank fails in seconds.
-dp_test::RunResult run_program(const std::vector<std::string>& argv, const std::string& log) {
-  Env env;
-  for (const char* v : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "KIT_STORE_HOSTED",
-                        "SLURM_PROCID", "SLURM_NTASKS", "SLURM_STEP_ID", "SLURM_STEPID"})
-    if (std::getenv(v)) env.push_back({v, ""});  // empty counts as unset
-  env.push_back({"KIT_DIST_TIMEOUT", "10"});
-  env.push_back({"OMP_NUM_THREADS", "1"});
-  return dp_test::run(argv, env, log, 60);
-}
-
-std::string describe(const dp_test::RunResult& r) {
-  return "exit code " + std::to_string(r.exitcode) + (r.timed_out ? " (killed at the deadline)" : "") +
-         "; output:\n" + r.output;
 }
 
 nlohmann::json metrics(const std::string& dir, int rank) {
@@ -64,10 +46,10 @@ kit::GPT2 read_checkpoint(const std::string& path) {
 
 TEST(TPRun, TwoRanksTrainAsOneProcessAndSaveTheWholeModel) {
   dp_test::TempDir one("tp_run_one"), two("tp_run_two");
-  const auto r1 = run_program(args(1, one.path()), one / "log.txt");
-  ASSERT_EQ(r1.exitcode, 0) << "--world-size 1: " << describe(r1);
-  const auto r2 = run_program(args(2, two.path()), two / "log.txt");
-  ASSERT_EQ(r2.exitcode, 0) << "--world-size 2: " << describe(r2);
+  const auto r1 = dp_test::run_kit_program(args(1, one.path()), one / "log.txt");
+  ASSERT_EQ(r1.exitcode, 0) << "--world-size 1: " << dp_test::describe_run(r1);
+  const auto r2 = dp_test::run_kit_program(args(2, two.path()), two / "log.txt");
+  ASSERT_EQ(r2.exitcode, 0) << "--world-size 2: " << dp_test::describe_run(r2);
 
   const auto ref = metrics(one.path(), 0)["losses"].get<std::vector<double>>();
   ASSERT_EQ(ref.size(), static_cast<size_t>(kSteps));
@@ -103,13 +85,13 @@ TEST(TPRun, TwoRanksTrainAsOneProcessAndSaveTheWholeModel) {
 
 TEST(TPRun, VocabularyThatTDoesNotDivideIsAClearError) {
   dp_test::TempDir dir("tp_run_bad_vocab");
-  const auto r = run_program(args(2, dir.path(), 63), dir / "log.txt");
-  EXPECT_FALSE(r.timed_out) << describe(r);
-  EXPECT_EQ(r.exitcode, 1) << describe(r);
+  const auto r = dp_test::run_kit_program(args(2, dir.path(), 63), dir / "log.txt");
+  EXPECT_FALSE(r.timed_out) << dp_test::describe_run(r);
+  EXPECT_EQ(r.exitcode, 1) << dp_test::describe_run(r);
   EXPECT_NE(r.output.find("vocab_size (63) is not divisible by the tensor-parallel size t = 2"), std::string::npos)
-      << describe(r);
+      << dp_test::describe_run(r);
   // Refused in the launcher: no rank was started, so none is left waiting.
-  EXPECT_EQ(r.output.find("starting 2 tensor-parallel ranks"), std::string::npos) << describe(r);
+  EXPECT_EQ(r.output.find("starting 2 tensor-parallel ranks"), std::string::npos) << dp_test::describe_run(r);
   EXPECT_TRUE(dp_test::leftovers_after(dir.path(), 5).empty())
       << "processes left behind:\n" << dp_test::join_lines(dp_test::leftovers_after(dir.path(), 0));
 }

@@ -19,7 +19,6 @@
 #endif
 
 namespace {
-using Env = std::vector<std::pair<std::string, std::string>>;
 
 constexpr int64_t kVocab = 64, kBatch = 2, kSeqLen = 16, kSteps = 4;
 // The losses of ZeRO and of plain AdamW may differ only by float rounding: with 2 ranks
@@ -32,23 +31,6 @@ std::vector<std::string> args(const std::string& optimizer, const std::string& d
           "--batch-size", std::to_string(kBatch), "--seq-len", std::to_string(kSeqLen), "--vocab-size",
           std::to_string(kVocab), "--steps", std::to_string(kSteps), "--lr", lr, "--weight-decay", "0.1",
           "--seed", "7", "--threads", "1", "--no-progress", "--out", dir + "/metrics/{rank}.json"};
-}
-
-// Under a deadline, with the launch variables cleared (ctest may itself run under srun
-// or torchrun) and a short communication timeout, so a stuck rank fails in seconds.
-dp_test::RunResult run_program(const std::vector<std::string>& argv, const std::string& log) {
-  Env env;
-  for (const char* v : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "KIT_STORE_HOSTED",
-                        "SLURM_PROCID", "SLURM_NTASKS", "SLURM_STEP_ID", "SLURM_STEPID"})
-    if (std::getenv(v)) env.push_back({v, ""});  // empty counts as unset
-  env.push_back({"KIT_DIST_TIMEOUT", "10"});
-  env.push_back({"OMP_NUM_THREADS", "1"});
-  return dp_test::run(argv, env, log, 60);
-}
-
-std::string describe(const dp_test::RunResult& r) {
-  return "exit code " + std::to_string(r.exitcode) + (r.timed_out ? " (killed at the deadline)" : "") +
-         "; output:\n" + r.output;
 }
 
 nlohmann::json metrics(const std::string& dir, int rank) {
@@ -65,8 +47,8 @@ int64_t tiny_parameter_count() {
 
 // Runs `optimizer` into a fresh directory; the directory stays for the metrics.
 void train(const std::string& optimizer, const dp_test::TempDir& dir, const std::string& lr = "0.01") {
-  const auto r = run_program(args(optimizer, dir.path(), lr), dir / "log.txt");
-  ASSERT_EQ(r.exitcode, 0) << "--optimizer " << optimizer << ": " << describe(r);
+  const auto r = dp_test::run_kit_program(args(optimizer, dir.path(), lr), dir / "log.txt");
+  ASSERT_EQ(r.exitcode, 0) << "--optimizer " << optimizer << ": " << dp_test::describe_run(r);
 }
 
 void expect_same_losses(const dp_test::TempDir& ref, const dp_test::TempDir& got, const std::string& what) {
@@ -136,12 +118,12 @@ TEST(ZeroRun, OptimizerStateAndGradientBytesPerRank) {
 
 TEST(ZeroRun, UnknownOptimizerIsAClearError) {
   dp_test::TempDir dir("zero_run_bad_optimizer");
-  const auto r = run_program(args("zero3", dir.path()), dir / "log.txt");
-  EXPECT_FALSE(r.timed_out) << describe(r);
-  EXPECT_EQ(r.exitcode, 1) << describe(r);
-  EXPECT_NE(r.output.find("--optimizer zero3 is not one of adamw, zero1, zero2"), std::string::npos) << describe(r);
+  const auto r = dp_test::run_kit_program(args("zero3", dir.path()), dir / "log.txt");
+  EXPECT_FALSE(r.timed_out) << dp_test::describe_run(r);
+  EXPECT_EQ(r.exitcode, 1) << dp_test::describe_run(r);
+  EXPECT_NE(r.output.find("--optimizer zero3 is not one of adamw, zero1, zero2"), std::string::npos) << dp_test::describe_run(r);
   // Refused in the launcher: no rank was started, so none is left waiting.
-  EXPECT_EQ(r.output.find("starting 2 data-parallel ranks"), std::string::npos) << describe(r);
+  EXPECT_EQ(r.output.find("starting 2 data-parallel ranks"), std::string::npos) << dp_test::describe_run(r);
   EXPECT_TRUE(dp_test::leftovers_after(dir.path(), 5).empty())
       << "processes left behind:\n" << dp_test::join_lines(dp_test::leftovers_after(dir.path(), 0));
 }
