@@ -37,7 +37,8 @@ torch::Tensor vocab_parallel_cross_entropy(const torch::Tensor& logits, const to
                                            const torch::Tensor& mask, int64_t vocab_start, const dist::Group& group) {
   // BEGIN SOLUTION 4.4 vocab_parallel_cross_entropy
   const int64_t part = logits.size(-1);
-  const torch::Tensor z = logits.to(torch::kFloat32);
+  // At least float32 (half logits would lose the small differences the loss is made of).
+  const torch::Tensor z = logits.to(torch::promote_types(logits.scalar_type(), torch::kFloat32));
   // The global max over the whole vocabulary. Subtracting any constant leaves the loss as
   // it is, so no gradient flows through it (detach): it only keeps exp from overflowing.
   torch::Tensor max = std::get<0>(z.detach().max(-1)).contiguous();
@@ -53,7 +54,7 @@ torch::Tensor vocab_parallel_cross_entropy(const torch::Tensor& logits, const to
   target = reduce_from_tensor_parallel(target, group);
   const torch::Tensor token_loss = sum_exp.log() - target;  // (B, T)
   // Reduced over tokens exactly as kit::masked_cross_entropy does.
-  const torch::Tensor m = mask.to(logits.device(), torch::kFloat32);
+  const torch::Tensor m = mask.to(logits.device(), z.scalar_type());
   const torch::Tensor per_example = (token_loss * m).sum(1) / m.sum(1).clamp_min(1.0);
   return per_example.mean();
   // END SOLUTION

@@ -64,7 +64,8 @@ std::string shape_string(c10::IntArrayRef s) {
 
 struct P2P::Impl {
   PipelineShape shape;
-  int64_t rank = 0;
+  int64_t rank = 0;                // this process's pipeline rank
+  std::vector<int> world;          // the world rank of each pipeline rank
   torch::TensorOptions options;
 
   struct Pending {
@@ -131,7 +132,8 @@ struct P2P::Impl {
     Pending p;
     p.buffer = data;
     p.what = describe(kind, microbatch, from_stage, to_stage) + " (rank " + std::to_string(dst) + ")";
-    p.work = dist::send_async(p.buffer, static_cast<int>(dst), tag(kind, microbatch, to_stage), channel_to(kind, dst));
+    p.work = dist::send_async(p.buffer, world[static_cast<size_t>(dst)], tag(kind, microbatch, to_stage),
+                              channel_to(kind, dst));
     sends.push_back(std::move(p));
     release_finished_sends();
   }
@@ -175,7 +177,8 @@ struct P2P::Impl {
     }
     torch::Tensor buffer = torch::empty(shape_, options);
     try {
-      dist::recv_async(buffer, static_cast<int>(src), tag(kind, microbatch, to_stage), channel_from(kind, src)).wait();
+      dist::recv_async(buffer, world[static_cast<size_t>(src)], tag(kind, microbatch, to_stage), channel_from(kind, src))
+          .wait();
       release_finished_sends();
     } catch (const dist::CommError& e) {
       throw dist::CommError(who() + " (stage " + std::to_string(to_stage) + ") waited for " +
@@ -201,16 +204,29 @@ struct P2P::Impl {
   }
 };
 
-P2P::P2P(const PipelineShape& shape, int64_t rank, torch::TensorOptions options) : impl_(new Impl) {
+P2P::P2P(const PipelineShape& shape, int64_t rank, torch::TensorOptions options)
+    : P2P(shape, rank, options, {}) {}
+
+P2P::P2P(const PipelineShape& shape, int64_t rank, torch::TensorOptions options, std::vector<int> world_ranks)
+    : impl_(new Impl) {
   if (shape.ranks < 1 || shape.microbatches < 1 || shape.chunks < 1)
     throw Error("P2P: the pipeline needs at least 1 rank, 1 micro-batch and 1 chunk per rank");
   if (rank < 0 || rank >= shape.ranks)
     throw Error("P2P: rank " + std::to_string(rank) + " is outside 0.." + std::to_string(shape.ranks - 1));
-  if (shape.ranks > 1 && (!dist::is_initialized() || dist::get_world_size() != shape.ranks))
-    throw Error("P2P: a pipeline of " + std::to_string(shape.ranks) +
-                " ranks needs a process group of that size (dist::init_process_group first)");
+  if (world_ranks.empty()) {  // the pipeline is the world
+    if (shape.ranks > 1 && (!dist::is_initialized() || dist::get_world_size() != shape.ranks))
+      throw Error("P2P: a pipeline of " + std::to_string(shape.ranks) +
+                  " ranks needs a process group of that size (dist::init_process_group first)");
+    for (int r = 0; r < shape.ranks; ++r) world_ranks.push_back(r);
+  } else if (static_cast<int64_t>(world_ranks.size()) != shape.ranks) {
+    throw Error("P2P: " + std::to_string(world_ranks.size()) + " world ranks given for a pipeline of " +
+                std::to_string(shape.ranks) + " ranks");
+  } else if (shape.ranks > 1 && !dist::is_initialized()) {
+    throw Error("P2P: a pipeline of " + std::to_string(shape.ranks) + " ranks needs dist::init_process_group first");
+  }
   impl_->shape = shape;
   impl_->rank = rank;
+  impl_->world = std::move(world_ranks);
   impl_->options = options;
   if (shape.ranks > 1) impl_->open_channels();  // collective: every rank builds its P2P at the same point
 }

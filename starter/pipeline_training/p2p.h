@@ -26,6 +26,10 @@ class P2P {
  public:
   // options: dtype and device of the messages (the rank's compute device).
   P2P(const PipelineShape& shape, int64_t rank, torch::TensorOptions options);
+  // A pipeline inside a larger world (Problem 6's grid): `rank` is the pipeline rank and
+  // world_ranks[r] the world rank of pipeline rank r. Every rank of the world builds its
+  // P2P at the same point (the channels are opened over the whole world).
+  P2P(const PipelineShape& shape, int64_t rank, torch::TensorOptions options, std::vector<int> world_ranks);
   ~P2P();
 
   void send_activation(const torch::Tensor& t, int64_t to_stage, int64_t microbatch);

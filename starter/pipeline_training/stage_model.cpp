@@ -56,13 +56,17 @@ void copy_state(const torch::nn::Module& from, torch::nn::Module& to) {
 
 }  // namespace
 
-StageModuleImpl::StageModuleImpl(const GPT2& full, int64_t stage, int64_t n_stages)
-    : stage_(stage), n_stages_(n_stages), cfg_(full->config()) {
+StageModuleImpl::StageModuleImpl(const GPT2Config& cfg, int64_t stage, int64_t n_stages)
+    : stage_(stage), n_stages_(n_stages), cfg_(cfg) {
   if (stage < 0 || stage >= n_stages)
     throw Error("stage " + std::to_string(stage) + " is outside 0.." + std::to_string(n_stages - 1));
-  const auto counts = blocks_per_stage(static_cast<int64_t>(full->h->size()), n_stages);
+  const auto counts = blocks_per_stage(cfg.n_layer, n_stages);
   for (int64_t s = 0; s < stage; ++s) first_block_ += counts[static_cast<size_t>(s)];
   num_blocks_ = counts[static_cast<size_t>(stage)];
+}
+
+StageModuleImpl::StageModuleImpl(const GPT2& full, int64_t stage, int64_t n_stages)
+    : StageModuleImpl(full->config(), stage, n_stages) {
   const int64_t C = cfg_.n_embd;
   // The first stage owns wte; the last one holds its own copy for the tied output projection.
   if (is_first() || is_last()) {
@@ -86,22 +90,28 @@ StageModuleImpl::StageModuleImpl(const GPT2& full, int64_t stage, int64_t n_stag
   }
 }
 
-torch::Tensor StageModuleImpl::forward(const torch::Tensor& input) {
-  torch::Tensor x = input;
+void StageModuleImpl::check_input(const torch::Tensor& x) const {
   if (is_first()) {
     if (x.dim() != 2 || x.scalar_type() != torch::kLong)
       throw Error("stage 0 expects token ids as a (batch, time) int64 tensor");
-    const int64_t T = x.size(1);
-    if (T > cfg_.n_positions)
-      throw Error("sequence of " + std::to_string(T) + " tokens is longer than the model's context (n_positions = " +
-                  std::to_string(cfg_.n_positions) + "): use a shorter --seq-len");
-    auto pos = torch::arange(T, torch::TensorOptions().dtype(torch::kLong).device(x.device()));
+    if (x.size(1) > cfg_.n_positions)
+      throw Error("sequence of " + std::to_string(x.size(1)) +
+                  " tokens is longer than the model's context (n_positions = " + std::to_string(cfg_.n_positions) +
+                  "): use a shorter --seq-len");
     if (x.numel() > 0 && (x.min().item<int64_t>() < 0 || x.max().item<int64_t>() >= cfg_.vocab_size))
       throw Error("a token id is outside the vocabulary [0, " + std::to_string(cfg_.vocab_size) + ")");
-    x = drop(wte(x) + wpe(pos));
   } else if (x.dim() != 3 || x.size(2) != cfg_.n_embd) {
     throw Error("stage " + std::to_string(stage_) + " expects hidden states of shape (batch, time, " +
                 std::to_string(cfg_.n_embd) + ")");
+  }
+}
+
+torch::Tensor StageModuleImpl::forward(const torch::Tensor& input) {
+  check_input(input);
+  torch::Tensor x = input;
+  if (is_first()) {
+    auto pos = torch::arange(x.size(1), torch::TensorOptions().dtype(torch::kLong).device(x.device()));
+    x = drop(wte(x) + wpe(pos));
   }
   for (const auto& block : *h) x = block->as<BlockImpl>()->forward(x);
   if (is_last()) x = torch::nn::functional::linear(ln_f(x), wte->weight);  // tied to wte
@@ -117,16 +127,15 @@ torch::Tensor StageModuleImpl::loss(const torch::Tensor& logits, const MicroBatc
 
 std::vector<std::pair<std::string, torch::Tensor>> StageModuleImpl::named_model_parameters() const {
   std::vector<std::pair<std::string, torch::Tensor>> out;
-  for (const auto& p : named_parameters()) {
-    std::string name = p.key();
-    if (name.rfind("h.", 0) == 0) {  // h.<local>.rest -> h.<global>.rest
-      const size_t dot = name.find('.', 2);
-      const int64_t local = std::stoll(name.substr(2, dot - 2));
-      name = "h." + std::to_string(first_block_ + local) + name.substr(dot);
-    }
-    out.emplace_back(name, p.value());
-  }
+  for (const auto& p : named_parameters()) out.emplace_back(model_name(p.key()), p.value());
   return out;
+}
+
+std::string StageModuleImpl::model_name(const std::string& name) const {
+  if (name.rfind("h.", 0) != 0) return name;
+  const size_t dot = name.find('.', 2);
+  const int64_t local = std::stoll(name.substr(2, dot - 2));
+  return "h." + std::to_string(first_block_ + local) + name.substr(dot);
 }
 
 torch::Tensor StageModuleImpl::tied_weight() const { return wte ? wte->weight : torch::Tensor(); }

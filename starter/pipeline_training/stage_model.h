@@ -45,9 +45,11 @@ class StageModuleImpl : public torch::nn::Module {
 
   // Stage 0: token ids (b, T) -> hidden (b, T, C). Middle stages: hidden -> hidden.
   // The last stage: hidden -> logits (b, T, V) (or ids -> logits when S = 1).
-  torch::Tensor forward(const torch::Tensor& input);
+  // Virtual, with loss, named_model_parameters and tied_weight: Problem 6's stages
+  // (grid/stage3d.h) run the same schedules with tensor-parallel blocks.
+  virtual torch::Tensor forward(const torch::Tensor& input);
   // The last stage: masked cross-entropy of the logits, times mb.weight.
-  torch::Tensor loss(const torch::Tensor& logits, const MicroBatch& mb) const;
+  virtual torch::Tensor loss(const torch::Tensor& logits, const MicroBatch& mb) const;
 
   bool is_first() const { return stage_ == 0; }
   bool is_last() const { return stage_ == n_stages_ - 1; }
@@ -56,9 +58,18 @@ class StageModuleImpl : public torch::nn::Module {
   int64_t num_blocks() const { return num_blocks_; }
   const GPT2Config& config() const { return cfg_; }
   // This stage's parameters under the full model's names (the tied wte copy as "wte.weight").
-  std::vector<std::pair<std::string, torch::Tensor>> named_model_parameters() const;
+  virtual std::vector<std::pair<std::string, torch::Tensor>> named_model_parameters() const;
   // The wte weight this stage holds (stage 0's own, or the last stage's copy), or undefined.
-  torch::Tensor tied_weight() const;
+  virtual torch::Tensor tied_weight() const;
+
+ protected:
+  // For stages that build their own modules: only the stage's place and its blocks' range.
+  StageModuleImpl(const GPT2Config& cfg, int64_t stage, int64_t n_stages);
+  // "h.<local>.rest" -> "h.<first_block + local>.rest"; other names unchanged.
+  std::string model_name(const std::string& local_name) const;
+  // kit::Error unless `input` is what this stage takes: token ids within the vocabulary and
+  // the context on stage 0, hidden states (b, T, n_embd) elsewhere.
+  void check_input(const torch::Tensor& input) const;
 
  private:
   int64_t stage_, n_stages_, first_block_ = 0, num_blocks_ = 0;

@@ -1,0 +1,213 @@
+// Problem 6 (given code): GPT-2 trained on the 3D grid (see grid/trainer.h).
+#include "grid/trainer.h"
+
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <chrono>
+#include <limits>
+
+#include "kit/errors.h"
+#include "model/checkpoint.h"
+#include "pipeline/model_parallel.h"
+#include "pipeline_training/p2p.h"
+#include "pipeline_training/schedules.h"
+#include "zero/zero.h"
+
+namespace kit::grid {
+
+struct Trainer3D::Impl {
+  std::unique_ptr<pp::P2P> p2p;
+  std::unique_ptr<pp::Executor> executor;
+  std::unique_ptr<torch::optim::AdamW> adamw;
+  std::unique_ptr<zero::ZeroAdamW> zero;
+};
+
+namespace {
+
+// The gathering's tags: above every tag P2P uses for a pipeline this size, below kTiedTag.
+constexpr int kGatherTag = std::numeric_limits<int>::max() / 2;
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// The virtual stage that holds a whole-model parameter (the tied lm_head.weight: none, -1).
+int64_t stage_of_parameter(const std::string& name, const GPT2Config& cfg, int64_t stages) {
+  if (name == "wte.weight" || name == "wpe.weight") return 0;
+  if (name.rfind("ln_f.", 0) == 0) return stages - 1;
+  if (name.rfind("h.", 0) != 0) return -1;
+  const int64_t block = std::stoll(name.substr(2, name.find('.', 2) - 2));
+  const auto counts = blocks_per_stage(cfg.n_layer, stages);
+  for (int64_t s = 0, first = 0; s < stages; first += counts[static_cast<size_t>(s)], ++s)
+    if (block < first + counts[static_cast<size_t>(s)]) return s;
+  return -1;
+}
+
+}  // namespace
+
+Trainer3D::Trainer3D(const GPT2& full, const ProcessGrid& grid, Options3D options)
+    : grid_(grid), options_(options), impl_(std::make_unique<Impl>()) {
+  const GPT2Config& cfg = full->config();
+  shape_.ranks = grid.shape.pp;
+  shape_.microbatches = options.microbatches;
+  shape_.chunks = options.virtual_chunks;
+  pp::check_shape(options.schedule, shape_);
+  if (cfg.n_layer < shape_.stages())
+    throw Error("the model has " + std::to_string(cfg.n_layer) + " transformer blocks but the pipeline has " +
+                std::to_string(shape_.stages()) + " stages (" + std::to_string(shape_.ranks) + " ranks x " +
+                std::to_string(shape_.chunks) + " chunks): use --n-layer " + std::to_string(shape_.stages()) +
+                " or more, or a smaller --pp / --virtual");
+  schedule_ = pp::make_schedule(options.schedule, shape_)[static_cast<size_t>(grid.coords.pp)];
+  for (int64_t c = 0; c < shape_.chunks; ++c) {
+    TensorParallelStage stage(cfg, pp::virtual_stage(shape_, grid.coords.pp, c), shape_.stages(), grid.tensor);
+    stage->to(dist::device(), full->wte->weight.scalar_type());  // before loading: float64 stays exact
+    stage->load_full(*full);
+    chunks_.push_back(stage);
+  }
+  std::vector<pp::StageModule> as_stages;
+  for (const auto& c : chunks_) as_stages.emplace_back(std::static_pointer_cast<pp::StageModuleImpl>(c.ptr()));
+  const auto options_of_messages = torch::TensorOptions().dtype(full->wte->weight.dtype()).device(dist::device());
+  impl_->p2p = std::make_unique<pp::P2P>(shape_, grid.coords.pp, options_of_messages,
+                                         group_ranks(GroupKind::Pipeline, dist::get_rank(), grid.shape));
+  impl_->executor = std::make_unique<pp::Executor>(as_stages, shape_, grid.coords.pp, *impl_->p2p);
+  if (options.zero) {
+    zero::ZeroOptions z;
+    z.stage = 1;
+    z.lr = options.lr;
+    z.weight_decay = options.weight_decay;
+    impl_->zero = std::make_unique<zero::ZeroAdamW>(parameters(), grid.data, z);
+  } else {
+    impl_->adamw = std::make_unique<torch::optim::AdamW>(
+        parameters(), torch::optim::AdamWOptions(options.lr).weight_decay(options.weight_decay));
+  }
+}
+
+Trainer3D::~Trainer3D() = default;
+
+std::vector<torch::Tensor> Trainer3D::parameters() const {
+  std::vector<torch::Tensor> out;
+  for (const auto& c : chunks_)
+    for (const auto& p : c->parameters()) out.push_back(p);
+  return out;
+}
+
+StepReport Trainer3D::step(const torch::Tensor& idx, const torch::Tensor& labels, const torch::Tensor& mask) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const int64_t d = grid_.shape.dp, rows = idx.size(0);
+  if (rows % (d * options_.microbatches) != 0)
+    throw Error("a batch of " + std::to_string(rows) + " rows does not split into " + std::to_string(d) +
+                " data-parallel replicas of " + std::to_string(options_.microbatches) +
+                " micro-batches each: use a --batch-size that is a multiple of d*m = " +
+                std::to_string(d * options_.microbatches));
+  for (auto& p : parameters()) p.mutable_grad() = torch::Tensor();
+  grid_.data.reset_counters();
+  grid_.tensor.reset_counters();
+  grid_.embedding.reset_counters();
+  const double recv_before = impl_->p2p->recv_seconds();
+
+  const int64_t local = rows / d, first = grid_.coords.dp * local;
+  auto device = dist::device();
+  auto micro = pp::split_batch(idx.narrow(0, first, local).to(device), labels.narrow(0, first, local).to(device),
+                               mask.narrow(0, first, local).to(device), options_.microbatches);
+  StepReport report;
+  report.batch = impl_->executor->run(schedule_, micro);
+  sum_tied_gradients();
+  if (impl_->zero) {
+    impl_->zero->step();  // averages over the data group itself
+  } else {
+    average_gradients();
+    impl_->adamw->step();
+  }
+  // The global loss: the last stage's tensor rank 0 of each replica adds its share.
+  const bool reports = grid_.is_last_stage() && grid_.coords.tp == 0;
+  torch::Tensor loss = torch::full({1}, reports ? report.batch.loss / static_cast<double>(d) : 0.0,
+                                   torch::TensorOptions().dtype(torch::kDouble).device(device));
+  dist::all_reduce(loss);
+  report.loss = loss.item<double>();
+
+  report.comm.data = grid_.data.counters().comm_seconds;
+  report.comm.tensor = grid_.tensor.counters().comm_seconds;
+  report.comm.embedding = grid_.embedding.counters().comm_seconds;
+  report.comm.pipeline = impl_->p2p->recv_seconds() - recv_before;
+  report.seconds = seconds_since(t0);
+  return report;
+}
+
+void Trainer3D::sum_tied_gradients() {
+  // wte's copies on this rank: stage 0's and the last stage's (the same module when S = 1).
+  std::vector<torch::Tensor> copies;
+  for (const auto& c : chunks_)
+    if (c->is_first() || c->is_last()) {
+      torch::Tensor w = c->tied_weight();
+      if (!w.grad().defined()) w.mutable_grad() = torch::zeros_like(w);
+      copies.push_back(w.grad());
+    }
+  if (copies.empty() || shape_.stages() == 1) return;  // S = 1: autograd already added both uses
+  torch::NoGradGuard no_grad;
+  if (copies.size() == 2) {  // p = 1 with v chunks: both stages on this rank
+    copies[0].add_(copies[1]);
+    copies[1].copy_(copies[0]);
+    return;
+  }
+  dist::all_reduce(copies[0], dist::ReduceOp::SUM, grid_.embedding);
+}
+
+void Trainer3D::average_gradients() {
+  if (grid_.shape.dp == 1) return;
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> grads;
+  for (auto& p : parameters()) {
+    if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
+    grads.push_back(p.grad());
+  }
+  // One all-reduce of every gradient packed together (few large messages beat many small).
+  torch::Tensor flat = torch::cat([&] {
+    std::vector<torch::Tensor> views;
+    for (auto& g : grads) views.push_back(g.reshape({-1}));
+    return views;
+  }());
+  dist::all_reduce(flat, dist::ReduceOp::SUM, grid_.data);
+  flat.div_(static_cast<double>(grid_.shape.dp));
+  int64_t offset = 0;
+  for (auto& g : grads) {
+    g.copy_(flat.narrow(0, offset, g.numel()).view_as(g));
+    offset += g.numel();
+  }
+}
+
+TensorDict Trainer3D::gather_state_dict() const {
+  // Each stage whole on its tensor ranks (collective over each tensor group, chunk by chunk).
+  std::vector<TensorDict> stages;
+  for (const auto& c : chunks_) stages.push_back(c->whole_state_dict());
+  const GPT2Config& cfg = chunks_.front()->config();
+  const int64_t S = shape_.stages();
+  // Then the pipeline's stages to world rank 0, from the ranks at dp = 0, tp = 0, in the
+  // order of the whole model's checkpoint entries (both sides know it from the config).
+  const auto entries = checkpoint_entries(cfg);
+  TensorDict out;
+  if (grid_.coords.dp != 0 || grid_.coords.tp != 0) return out;
+  const int me = dist::get_rank();
+  const auto pipeline = group_ranks(GroupKind::Pipeline, me, grid_.shape);
+  int tag = kGatherTag;
+  for (const auto& [name, sizes] : entries) {
+    const int64_t s = stage_of_parameter(name, cfg, S);
+    if (s < 0) continue;
+    const int owner = pipeline[static_cast<size_t>(pp::rank_of_stage(shape_, s))];
+    const auto& mine = stages[static_cast<size_t>(pp::chunk_of_stage(shape_, s))];
+    if (me == 0 && owner == 0) {
+      out.insert(name, mine.at(name).clone());
+    } else if (me == 0) {  // messages travel on the rank's device (CUDA under NCCL)
+      torch::Tensor t = torch::empty(sizes, stages.front().begin()->value().options().device(dist::device()));
+      dist::recv(t, owner, tag);
+      out.insert(name, t.cpu());
+    } else if (me == owner) {
+      dist::send(mine.at(name).to(dist::device()).contiguous(), 0, tag);
+    }
+    ++tag;
+  }
+  if (me == 0) out.insert("lm_head.weight", out.at("wte.weight"));  // tied, as kit::state_dict writes it
+  return out;
+}
+
+}  // namespace kit::grid

@@ -1,0 +1,96 @@
+// Problem 6 (given code): GPT-2 trained on the 3D grid, Megatron-LM's PTD-P.
+//
+// Each rank holds v chunks (virtual pipeline stages) of the model with tensor-parallel
+// blocks (grid/stage.h) and runs Problem 3's schedules over its pipeline, with Problem 3's
+// Executor and your forward_step / backward_step. One training step on the global batch:
+//
+//   1. the data-parallel rank dp takes rows [dp·B/d, (dp+1)·B/d) of the batch (every rank of
+//      a replica, whatever its stage or tensor rank, the same rows) and cuts them into m
+//      micro-batches;
+//   2. the schedule runs: activations and their gradients go between the stages of this
+//      rank's pipeline (the same tensor rank on each stage), each block all-reduces over the
+//      tensor group twice forward and twice backward (Problem 4);
+//   3. the tied embedding: the first and the last stage add their wte gradients over the
+//      embedding group (Megatron's embedding group), so both copies take the same step;
+//   4. data parallelism: the gradients are averaged over the data group and AdamW steps
+//      (Assignment 1), or ZeRO-1 over the data group does both (Problem 5);
+//   5. the loss of the global batch (the mean of the replicas' losses) reaches every rank.
+//
+//   ProcessGrid grid = make_process_grid({.dp = 2, .pp = 2, .tp = 2});
+//   Trainer3D trainer(*full, grid, options);   // every rank passes the same whole model
+//   StepReport r = trainer.step(idx, labels, mask);
+//   TensorDict whole = trainer.gather_state_dict();   // collective: the whole model on rank 0
+#pragma once
+#include <torch/types.h>
+
+#include <memory>
+#include <vector>
+
+#include "grid/grid.h"
+#include "grid/stage.h"
+#include "model/checkpoint_layout.h"
+#include "model/gpt2.h"
+#include "pipeline_training/action.h"
+#include "pipeline_training/executor.h"
+
+namespace kit::grid {
+
+struct Options3D {
+  int64_t microbatches = 1;                            // m, per data-parallel replica
+  int64_t virtual_chunks = 1;                          // v (interleaved only)
+  pp::ScheduleKind schedule = pp::ScheduleKind::OneFOneB;
+  bool zero = false;                                   // ZeRO-1 over the data group
+  double lr = 1e-4, weight_decay = 0.0;                // AdamW (torch's betas and eps)
+};
+
+// Seconds this rank spent in each kind of communication during one step (dist's counters:
+// time inside blocking calls and waits). Pipeline: inside P2P receives, which includes
+// waiting for the neighbour (the bubble); data: the gradient all-reduce, or ZeRO's ring
+// reduce-scatter and all-gather; embedding: the tied gradient's all-reduce.
+struct CommSeconds {
+  double data = 0, tensor = 0, pipeline = 0, embedding = 0;
+};
+
+struct StepReport {
+  double loss = 0;               // the global batch's loss, on every rank
+  pp::BatchResult batch;         // this rank's schedule: timeline and peak kept
+  CommSeconds comm;
+  double seconds = 0;            // the whole step, on this rank
+};
+
+class Trainer3D {
+ public:
+  // Builds this rank's chunks from `full` (the same weights on every rank). kit::Error
+  // naming the fix when the model has fewer blocks than the v·p stages, when t does not
+  // divide n_head, n_embd or vocab_size, or when the schedule does not fit (p, m, v).
+  Trainer3D(const GPT2& full, const ProcessGrid& grid, Options3D options);
+  ~Trainer3D();
+
+  // One training step on the global batch (B rows, the same on every rank). kit::Error
+  // when d·m does not divide B.
+  StepReport step(const torch::Tensor& idx, const torch::Tensor& labels, const torch::Tensor& mask);
+
+  // Collective over the world: the whole model, as kit::state_dict writes a one-process
+  // model's (Kit layout, lm_head.weight tied), on world rank 0; empty on the other ranks.
+  TensorDict gather_state_dict() const;
+
+  const std::vector<TensorParallelStage>& chunks() const { return chunks_; }
+  // This rank's parameters (every chunk's), each once.
+  std::vector<torch::Tensor> parameters() const;
+  const ProcessGrid& grid() const { return grid_; }
+  const pp::PipelineShape& pipeline_shape() const { return shape_; }
+
+ private:
+  void sum_tied_gradients();
+  void average_gradients();
+
+  ProcessGrid grid_;
+  Options3D options_;
+  pp::PipelineShape shape_;
+  pp::RankSchedule schedule_;
+  std::vector<TensorParallelStage> chunks_;
+  struct Impl;  // the P2P, the Executor and the optimizer
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kit::grid
