@@ -248,7 +248,7 @@ int main(int argc, char** argv) {
   return kit::guarded_main(argc, argv, app, [&] {
     o.grid = {dp, pp, tp};
     return kit::launcher_or_worker(
-        o.grid.world(),
+        0,  // under srun or torchrun, check_options names the grid that does not fit the world
         [&] {
           check_options(o, o.grid.world());  // a bad flag fails here, before any process
           return kit::serve_and_start_ranks(o.grid.world(), o.port, "ranks of the grid " + o.grid.str(),

@@ -1,0 +1,82 @@
+// run_3d end to end, tiny preset: the program on a 2 x 2 x 1 grid (4 Gloo processes, the
+// kit's own launcher) trains as its one-process run does (losses, and the checkpoint it
+// gathers and saves, read back into the first assignment's model), writes each rank's
+// metrics, and refuses a grid that does not fit before any rank starts.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "data_parallel/dp_test_util.h"
+#include "kit/errors.h"
+#include "model/checkpoint.h"
+#include "model/gpt2.h"
+
+#ifndef KIT_RUN_3D
+#error "tests/CMakeLists.txt must define KIT_RUN_3D (the path of run_3d)"
+#endif
+
+namespace {
+
+std::vector<std::string> args(int dp, int pp, int tp, const std::string& dir) {
+  return {KIT_RUN_3D, "--dp", std::to_string(dp), "--pp", std::to_string(pp), "--tp", std::to_string(tp),
+          "--preset", "tiny", "--n-layer", "2", "--dropout", "0", "--batch-size", "4", "--chunks", "2",
+          "--seq-len", "16", "--vocab-size", "64", "--steps", "2", "--lr", "0.01", "--seed", "7", "--threads",
+          "1", "--no-progress", "--out", dir + "/metrics/{rank}.json", "--save", dir + "/whole.pt"};
+}
+
+nlohmann::json metrics(const std::string& dir, int rank) {
+  return nlohmann::json::parse(dp_test::read_file(dir + "/metrics/" + std::to_string(rank) + ".json"));
+}
+
+}  // namespace
+
+TEST(Run3D, TwoByTwoGridTrainsAsOneProcessAndSavesItsCheckpoint) {
+  dp_test::TempDir one("run3d_one"), grid("run3d_grid");
+  const auto r1 = dp_test::run_kit_program(args(1, 1, 1, one.path()), one / "log.txt");
+  ASSERT_EQ(r1.exitcode, 0) << dp_test::describe_run(r1);
+  const auto r4 = dp_test::run_kit_program(args(2, 2, 1, grid.path()), grid / "log.txt", {}, 90);
+  ASSERT_EQ(r4.exitcode, 0) << dp_test::describe_run(r4);
+
+  const auto want = metrics(one.path(), 0)["losses"].get<std::vector<double>>();
+  for (int rank = 0; rank < 4; ++rank) {
+    const auto m = metrics(grid.path(), rank);
+    EXPECT_EQ(m["rank"], rank);
+    EXPECT_EQ(m["coords"]["pp"], rank / 2) << "rank " << rank << ": rank = pp*(d*t) + dp*t + tp";
+    EXPECT_EQ(m["coords"]["dp"], rank % 2);
+    const auto losses = m["losses"].get<std::vector<double>>();
+    ASSERT_EQ(losses.size(), want.size());
+    for (size_t k = 0; k < want.size(); ++k)
+      EXPECT_NEAR(losses[k], want[k], 1e-5 * std::abs(want[k])) << "rank " << rank << ", step " << k;
+    for (const char* kind : {"data", "tensor", "pipeline", "embedding"})
+      EXPECT_GE(m["comm_seconds_per_step"][kind].get<double>(), 0.0) << kind;
+    EXPECT_GT(m["parameter_bytes"].get<int64_t>(), 0);
+  }
+  // Both checkpoints load into the one-process model (names, shapes, tied lm_head checked by
+  // load_state_dict) and hold the same weights, up to float32 rounding through AdamW.
+  kit::GPT2Config cfg = kit::gpt2_preset("tiny");
+  cfg.vocab_size = 64;
+  cfg.dropout = 0;
+  kit::GPT2 a(cfg), b(cfg);
+  kit::import_checkpoint(*a, one / "whole.pt");
+  kit::import_checkpoint(*b, grid / "whole.pt");
+  const auto da = kit::state_dict(*a), db = kit::state_dict(*b);
+  for (const auto& kv : da)
+    EXPECT_TRUE(torch::allclose(kv.value(), db.at(kv.key()), 1e-4, 1e-4)) << kv.key();
+}
+
+TEST(Run3D, AGridThatDoesNotFitIsRefusedBeforeAnyRankStarts) {
+  dp_test::TempDir dir("run3d_bad");
+  auto bad = args(1, 1, 3, dir.path());  // t = 3 divides neither 2 heads nor 64 tokens
+  const auto r = dp_test::run_kit_program(bad, dir / "log.txt");
+  EXPECT_NE(r.exitcode, 0) << dp_test::describe_run(r);
+  EXPECT_NE(r.output.find("--tp 3 must divide"), std::string::npos) << dp_test::describe_run(r);
+  EXPECT_EQ(r.output.find("starting"), std::string::npos) << "no rank may start: " << dp_test::describe_run(r);
+  const auto r2 = dp_test::run_kit_program(args(2, 1, 1, dir.path()), dir / "log2.txt",
+                                           {{"RANK", "0"}, {"WORLD_SIZE", "3"}, {"MASTER_ADDR", "127.0.0.1"},
+                                            {"MASTER_PORT", "1"}});
+  EXPECT_NE(r2.exitcode, 0) << dp_test::describe_run(r2);
+  EXPECT_NE(r2.output.find("d=2 p=1 t=1"), std::string::npos) << "a grid of 2 on a world of 3: " << dp_test::describe_run(r2);
+}
