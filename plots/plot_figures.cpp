@@ -1,9 +1,11 @@
 // plot_figures: the benchmark figures of Problems 1.3 and 2.3, the loss curves, the
-// clock-cycle schedule picture, and a summary table and JSON, from the runs' metrics.
+// clock-cycle schedule picture, and a summary table and JSON, from the runs' metrics; and
+// the handout's pictures (subcommands `schedule` and `grid`).
 //   ./build/plot_figures                                   # the programs' default --out paths
 //   ./build/plot_figures --dp-single runs/dp_w1 --dp-multi runs/dp_w2 --model-parallel runs/mp.json
 //                        --pipeline runs/pp.json --single runs/train.json --out submit_figures
 //   ./build/plot_figures schedule 4x3 -o handout/figures/schedule_4x3.png
+//   ./build/plot_figures grid 2,2,4 --gpus-per-node 4 -o handout/figures/grid_w16_d2_p2_t4.png   # Problem 6.1
 //   ./build/plot_figures --pipeline-runs runs/pipeline_training --out submit_figures   # Problem 3 only
 //   ./build/plot_figures --tp-runs runs/tensor_parallel --out submit_figures             # Problem 4 only
 //   ./build/plot_figures --zero-runs runs/zero --out submit_figures                      # Problem 5 only
@@ -11,6 +13,7 @@
 #include <iostream>
 
 #include "figures.h"
+#include "grid_picture.h"
 #include "kit/errors.h"
 #include "make_figures.h"
 #include "pipeline_figures.h"
@@ -24,6 +27,18 @@ int draw_schedule_only(const std::string& size_text, std::string out, const kit:
   if (out.empty())
     out = "schedule_" + std::to_string(size.micro_batches) + "x" + std::to_string(size.stages) + ".png";
   kit::plots::draw_schedule(out, size.micro_batches, size.stages, png);
+  std::cout << "wrote " << out << "\n";
+  return 0;
+}
+
+// Draws the grid first, so a grid too large to draw prints nothing, then prints its groups.
+int draw_grid_only(const std::string& shape_text, int gpus_per_node, std::string out,
+                   const kit::plots::PngOptions& png) {
+  const auto shape = kit::plots::parse_grid_shape(shape_text);
+  kit::plots::check_gpus_per_node(gpus_per_node);
+  if (out.empty()) out = kit::plots::grid_png_name(shape);
+  kit::plots::draw_grid(out, shape, gpus_per_node, png);
+  kit::plots::print_grid(std::cout, shape, gpus_per_node);
   std::cout << "wrote " << out << "\n";
   return 0;
 }
@@ -45,7 +60,8 @@ int main(int argc, char** argv) {
   CLI::App app{
       "Draw the benchmark figures (data parallel: world 1 vs world 2; model vs pipeline parallel), the loss curves "
       "and the clock-cycle schedule from the runs' metrics JSON, and print the numbers. Each run is a metrics file "
-      "or a directory of per-rank files; a run left at its default path that does not exist is skipped."};
+      "or a directory of per-rank files; a run left at its default path that does not exist is skipped. Subcommands "
+      "draw the handout's pictures: schedule (the clock-cycle schedule) and grid (the 3D process grid)."};
   kit::plots::FigureOptions o;
   std::string schedule = "4x3";
   app.add_option("--dp-single", o.dp_single.path, "Data-parallel run at world size 1 (batch 64)")
@@ -81,6 +97,18 @@ int main(int argc, char** argv) {
   only_schedule->add_option("size", schedule_size, "MxN: M micro-batches on N stages")->capture_default_str();
   only_schedule->add_option("-o,--out", schedule_out, "PNG file to write (default: schedule_MxN.png)");
 
+  std::string grid_shape = "2,2,4", grid_out;
+  int gpus_per_node = 4;
+  auto* only_grid = app.add_subcommand("grid",
+                                       "Draw only the 3D process grid of Problem 6.1 (for the handout) and print its "
+                                       "tensor, data and pipeline groups and each rank's node")
+                        ->fallthrough();
+  only_grid->add_option("shape", grid_shape, "D,P,T: data, pipeline and tensor sizes (W = D*P*T ranks)")
+      ->capture_default_str();
+  only_grid->add_option("--gpus-per-node", gpus_per_node, "Ranks per node (ranks fill the nodes in order)")
+      ->capture_default_str();
+  only_grid->add_option("-o,--out", grid_out, "PNG file to write (default: grid_wW_dD_pP_tT.png)");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -88,6 +116,7 @@ int main(int argc, char** argv) {
   }
   try {
     if (*only_schedule) return draw_schedule_only(schedule_size, schedule_out, o.png);
+    if (*only_grid) return draw_grid_only(grid_shape, gpus_per_node, grid_out, o.png);
     if (!pipeline_runs.empty()) {
       for (const auto& f : kit::plots::draw_pipeline_figures(pipeline_runs, o.out_dir, o.png))
         std::cout << "wrote " << f << "\n";

@@ -80,4 +80,37 @@ TEST(PlotsCli, BadScheduleSizeIsAnError) {
   EXPECT_NE(r.err.find("write e.g. 4x3"), std::string::npos) << r.err;
 }
 
+// The 3D grid of Problem 6.1 as the kit computes it (grid.h's functions, the solution build):
+// Megatron's numbering puts a tensor group of t = 4 consecutive ranks on each 4-GPU node.
+TEST(PlotsCli, GridDrawsThePictureAndPrintsTheGroups) {
+  TempDir dir;
+  const Result r = plot_figures(dir, "grid 2,2,4 --gpus-per-node 4 -o pics/g.png");
+  ASSERT_EQ(r.status, 0) << r.out << r.err;
+  EXPECT_TRUE(kit::plots::is_png_file(dir / "pics/g.png"));
+  for (const char* line :
+       {"grid d=2 p=2 t=4: W = 16 ranks on 4 nodes of 4 GPUs",
+        "\ntensor groups (4, consecutive ranks, inside one node each): {0,1,2,3} {4,5,6,7} {8,9,10,11} {12,13,14,15}\n",
+        "\ndata groups (8, ranks 4 apart, across 2 nodes each): {0,4} {1,5} {2,6} {3,7} {8,12} {9,13} {10,14} {11,15}\n",
+        "\npipeline groups (8, ranks 8 apart, across 2 nodes each): {0,8} {1,9} {2,10} {3,11} {4,12} {5,13} {6,14} "
+        "{7,15}\n",
+        "\nnode 2: 8 9 10 11\n", "\n   6 (1,0,2)       1\n", "\nwrote pics/g.png\n"})
+    EXPECT_NE(r.out.find(line), std::string::npos) << line << "\n" << r.out;
+}
+
+TEST(PlotsCli, BadGridInputIsAnErrorNamingTheFix) {
+  TempDir dir;
+  const std::pair<const char*, const char*> cases[] = {
+      {"grid 2,2", "grid shape '2,2' is not three positive integers D,P,T: write e.g. 2,2,4"},
+      {"grid 0,2,4", "grid shape '0,2,4': D (data) is 0, each size must be at least 1"},
+      {"grid 2,2,4 --gpus-per-node 0", "--gpus-per-node is 0: give the number of ranks (GPUs) per node, at least 1"},
+      {"grid 16,16,1", "256 ranks, too many to draw readably"}};
+  for (const auto& [args, message] : cases) {
+    const Result r = plot_figures(dir, args);
+    EXPECT_EQ(r.status, 1) << args;
+    EXPECT_NE(r.err.find(message), std::string::npos) << args << ":\n" << r.err;
+    EXPECT_EQ(r.out, "") << args;
+  }
+  EXPECT_FALSE(fs::exists(dir / "grid_w16_d2_p2_t4.png"));
+}
+
 }  // namespace
