@@ -530,6 +530,12 @@ void all_reduce(const torch::Tensor& tensor, ReduceOp op) { all_reduce(tensor, o
 
 void all_reduce(const torch::Tensor& tensor, ReduceOp op, const Group& group) {
   check_tensor(tensor, "all_reduce");
+  if (group.is_member() && group.size() == 1) {  // a group of one has nothing to exchange:
+    State& s = group.state("all_reduce");           // counted as a call, as on any group
+    count(s, &AtomicCounters::all_reduce_calls, 1);
+    count(s, &AtomicCounters::all_reduce_bytes, nbytes(tensor));
+    return;
+  }
   // Gloo and NCCL reduce dense buffers: reduce a contiguous copy and write it back.
   const torch::Tensor buffer = tensor.is_contiguous() ? tensor : tensor.contiguous();
   Work::Impl::start_all_reduce(buffer, op, "all_reduce", group).wait();
