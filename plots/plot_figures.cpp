@@ -9,10 +9,12 @@
 //   ./build/plot_figures --pipeline-runs runs/pipeline_training --out submit_figures   # Problem 3 only
 //   ./build/plot_figures --tp-runs runs/tensor_parallel --out submit_figures             # Problem 4 only
 //   ./build/plot_figures --zero-runs runs/zero --out submit_figures                      # Problem 5 only
+//   ./build/plot_figures --grid-runs runs/grid --out submit_figures                      # Problem 6's sweep only
 #include <CLI/CLI.hpp>
 #include <iostream>
 
 #include "figures.h"
+#include "grid_figures.h"
 #include "grid_picture.h"
 #include "kit/errors.h"
 #include "make_figures.h"
@@ -89,6 +91,9 @@ int main(int argc, char** argv) {
   app.add_option("--zero-runs", zero_runs,
                  "Draw only the ZeRO figures (zero_memory.png, ring_bandwidth.png) from DIR/summary.json of "
                  "bench/zero.py");
+  std::string grid_runs;
+  app.add_option("--grid-runs", grid_runs,
+                 "Draw only the 3D grid sweep figure (grid_sweep.png) from DIR/summary.json of bench/grid.py");
   app.add_option("--gnuplot", o.png.gnuplot, "The gnuplot program to run")->capture_default_str();
 
   std::string schedule_size = "4x3", schedule_out;
@@ -128,6 +133,11 @@ int main(int argc, char** argv) {
     }
     if (!zero_runs.empty()) {
       for (const auto& f : kit::plots::draw_zero_figures(zero_runs, o.out_dir, o.png))
+        std::cout << "wrote " << f << "\n";
+      return 0;
+    }
+    if (!grid_runs.empty()) {
+      for (const auto& f : kit::plots::draw_grid_figures(grid_runs, o.out_dir, o.png))
         std::cout << "wrote " << f << "\n";
       return 0;
     }

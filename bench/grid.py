@@ -1,0 +1,235 @@
+#!/usr/bin/env python3
+"""The 3D grid measured (Problem 6): every (d, p, t) factorisation of W ranks, one command.
+
+    python3 bench/grid.py                                  # cpu-small, W = 4, batch 16 x 128: about a minute on 2 cores
+    python3 bench/grid.py --preset tiny --world-size 2 --grids "2,1,1 1,2,1 1,1,2" --batch-size 4 \\
+        --chunks 2 --seq-len 16 --vocab-size 64 --steps 1 --warmup 1   # smoke: seconds
+
+For every factorisation d x p x t = W (--world-size, default 4: 4,1,1  2,2,1  2,1,2  1,4,1
+1,2,2  1,1,4, data-parallel size first; --grids: a list of your own) and the one-process run
+1,1,1 as the reference, it runs build/run_3d with Gloo, --threads per process, one --schedule
+(1f1b) with --chunks micro-batches per replica, on the same global batch (--batch-size rows of
+--seq-len tokens; it must be a multiple of d x chunks for every grid, checked first) and the
+same synthetic batches, --warmup untimed steps then --steps timed ones. Dropout is off
+(--dropout 0), so every grid trains the same model on the same batches and its losses must
+equal the reference's up to float rounding: the check loss_matches_reference reports the
+largest relative difference over all steps and grids (PASS within 1e-4).
+
+Writes OUT/summary.json, OUT/summary.md (one table, also printed) and, with
+build/plot_figures --grid-runs OUT (unless --no-figures), OUT/figures/grid_sweep.png.
+summary.json, the input of a planner that predicts these numbers:
+  settings   preset(s), world_size, global batch_size, chunks (m per replica), seq_len,
+             vocab_size, steps (timed), warmup, schedule, threads, dropout, command
+  machine    cores (os.cpu_count()), max_processes, oversubscribed (processes > cores: the
+             ranks then share cores and every time below includes waiting for a core), note
+  records    one per (preset, grid), the reference first:
+    preset, dp, pp, tp, processes, label ("d=2 p=1 t=2"), reference (true for 1,1,1)
+    tokens_per_s            the global batch's tokens per second over the timed steps (each
+                            rank measures the same job; the smallest of the ranks' rates)
+    step_time_s             the slowest rank's mean of its timed steps
+    comm_s_per_step         {data, tensor, pipeline, embedding}: seconds per step a rank spent
+                            blocked in that kind of communication, the largest over the ranks
+                            for each kind separately (pipeline: time waiting in P2P receives,
+                            the bubble included; grid/trainer.h)
+    comm_s_per_step_per_rank  the same per rank (rank order)
+    peak_tensor_bytes       the most CPU tensor bytes a rank held at once during a step
+                            (kit/memory.h), the largest over the ranks; null on a GPU
+    parameter_bytes         the bytes of the parameters a rank holds, the largest over the ranks
+    peak_tensor_bytes_per_rank, parameter_bytes_per_rank, peak_rss_bytes_per_rank
+    losses                  rank 0's loss of the global batch, every step (warmup included)
+    final_loss, loss_max_rel_diff_vs_reference
+    metrics                 the per-rank metrics files run_3d wrote (OUT/<preset>/dDpPtT/rankR.json)
+  checks     [{name, goal, value, status: PASS | MISS}]
+Python 3 standard library only.
+"""
+import argparse
+import json
+import os
+import shlex
+import sys
+
+from bench_process import run, write_summary
+
+TARGETS = "run_3d plot_figures"  # what the runs need built
+KINDS = ["data", "tensor", "pipeline", "embedding"]
+LOSS_RTOL = 1e-4
+MIB = 2**20
+
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--build", default="build", help="directory holding run_3d and plot_figures")
+    ap.add_argument("--presets", "--preset", nargs="+", default=["cpu-small"], dest="presets")
+    ap.add_argument("--world-size", type=int, default=4, help="W: every d x p x t = W is run")
+    ap.add_argument("--grids", default="", help='instead: these grids, e.g. "2,1,1 1,2,1 1,1,2" (d,p,t each)')
+    ap.add_argument("--n-layer", type=int, default=0, help="override the presets' blocks (0: theirs; p must fit)")
+    ap.add_argument("--batch-size", type=int, default=16, help="the global batch: a multiple of d x chunks for all")
+    ap.add_argument("--chunks", type=int, default=4, help="micro-batches m per data-parallel replica")
+    ap.add_argument("--seq-len", type=int, default=128)
+    ap.add_argument("--vocab-size", type=int, default=1000, help="synthetic tokens (t must divide it)")
+    ap.add_argument("--schedule", default="1f1b", choices=["gpipe", "1f1b"])
+    ap.add_argument("--steps", type=int, default=20, help="timed steps")
+    ap.add_argument("--warmup", type=int, default=2, help="steps before them, not timed")
+    ap.add_argument("--threads", type=int, default=1, help="intra-op threads per process")
+    ap.add_argument("--timeout", type=float, default=600, help="seconds allowed per run")
+    ap.add_argument("--out", default="runs/grid")
+    ap.add_argument("--no-figures", action="store_true", help="do not run plot_figures")
+    return ap.parse_args(argv)
+
+
+def factorisations(w):
+    """Every (d, p, t) with d p t = w, d then p largest first: (4,1,1) (2,2,1) ... (1,1,4)."""
+    return [(d, p, w // (d * p)) for d in range(w, 0, -1) if w % d == 0
+            for p in range(w // d, 0, -1) if (w // d) % p == 0]
+
+
+def parse_grids(text, world_size):
+    grids = []
+    for item in text.split():
+        try:
+            g = tuple(int(x) for x in item.split(","))
+        except ValueError:
+            g = ()
+        if len(g) != 3 or min(g) < 1:
+            sys.exit(f'error: --grids: "{item}" is not d,p,t (three positive integers, e.g. "2,1,2")')
+        if g[0] * g[1] * g[2] != world_size:
+            sys.exit(f"error: --grids: {item} has {g[0] * g[1] * g[2]} ranks, not --world-size {world_size}: "
+                     "give grids of one size (and that size as --world-size)")
+        grids.append(g)
+    if not grids:
+        sys.exit('error: --grids is empty: give d,p,t triples, e.g. "2,1,1 1,2,1 1,1,2"')
+    return grids
+
+
+def label(d, p, t):
+    return f"d={d} p={p} t={t}"
+
+
+def grid_run(args, preset, d, p, t):
+    out = os.path.join(args.out, preset, f"d{d}p{p}t{t}")
+    os.makedirs(out, exist_ok=True)
+    cmd = [os.path.join(args.build, "run_3d"), "--dp", str(d), "--pp", str(p), "--tp", str(t),
+           "--chunks", str(args.chunks), "--schedule", args.schedule, "--preset", preset, "--dropout", "0",
+           "--batch-size", str(args.batch_size), "--seq-len", str(args.seq_len), "--vocab-size", str(args.vocab_size),
+           "--threads", str(args.threads), "--steps", str(args.warmup + args.steps), "--warmup", str(args.warmup),
+           "--no-progress", "--out", os.path.join(out, "rank{rank}.json")]
+    if args.n_layer:
+        cmd += ["--n-layer", str(args.n_layer)]
+    run(cmd, args.timeout, TARGETS)
+    paths = [os.path.join(out, f"rank{r}.json") for r in range(d * p * t)]
+    ranks = [json.load(open(f)) for f in paths]
+    peaks = [m["peak_tensor_bytes"] for m in ranks]
+    return {
+        "preset": preset, "dp": d, "pp": p, "tp": t, "processes": d * p * t, "label": label(d, p, t),
+        "reference": d * p * t == 1,
+        "tokens_per_s": min(m["tokens_per_sec"] for m in ranks),
+        "step_time_s": max(sum(m["timed_step_seconds"]) / len(m["timed_step_seconds"]) for m in ranks),
+        "comm_s_per_step": {k: max(m["comm_seconds_per_step"][k] for m in ranks) for k in KINDS},
+        "comm_s_per_step_per_rank": [m["comm_seconds_per_step"] for m in ranks],
+        "peak_tensor_bytes": None if None in peaks else max(peaks),
+        "parameter_bytes": max(m["parameter_bytes"] for m in ranks),
+        "peak_tensor_bytes_per_rank": peaks,
+        "parameter_bytes_per_rank": [m["parameter_bytes"] for m in ranks],
+        "peak_rss_bytes_per_rank": [m["peak_rss_bytes"] for m in ranks],
+        "losses": ranks[0]["losses"], "final_loss": ranks[0]["losses"][-1],
+        "n_layer": ranks[0]["n_layer"], "n_head": ranks[0]["n_head"], "n_embd": ranks[0]["n_embd"],
+        "metrics": paths,
+    }
+
+
+def rel_diff(losses, ref):
+    return max(abs(a - b) / abs(b) if b else abs(a - b) for a, b in zip(losses, ref))
+
+
+def measure(args, preset, grids):
+    ref = grid_run(args, preset, 1, 1, 1)
+    ref["loss_max_rel_diff_vs_reference"] = 0.0
+    records = [ref]
+    for d, p, t in grids:
+        r = grid_run(args, preset, d, p, t)
+        r["loss_max_rel_diff_vs_reference"] = rel_diff(r["losses"], ref["losses"])
+        records.append(r)
+    return records
+
+
+def machine(args, grids):
+    cores = os.cpu_count() or 1
+    most = max(d * p * t for d, p, t in grids) * args.threads
+    note = f"{cores} cores; the largest run has {most} thread(s) in all ({args.threads} per process)"
+    if most > cores:
+        note += (f": it oversubscribes the CPU ({most} > {cores}), so ranks wait for a core and every time here, "
+                 "communication included, holds that waiting; compare the grids with each other on this machine, "
+                 "not with a machine that has a core per rank")
+    return {"cores": cores, "max_processes": most // args.threads, "oversubscribed": most > cores, "note": note}
+
+
+def checks(records):
+    worst = max(r["loss_max_rel_diff_vs_reference"] for r in records)
+    which = max(records, key=lambda r: r["loss_max_rel_diff_vs_reference"])
+    return [{"name": "loss_matches_reference",
+             "goal": f"every grid's loss at every step within {LOSS_RTOL:g} (relative) of the 1,1,1 run's",
+             "value": f"{worst:.2e} (largest: {which['preset']} {which['label']})",
+             "status": "PASS" if worst <= LOSS_RTOL else "MISS"}]
+
+
+def mib(b):
+    return "n/a" if b is None else f"{b / MIB:.2f}"
+
+
+def markdown(s):
+    st = s["settings"]
+    out = [f"{', '.join(st['presets'])}; global batch {st['batch_size']} x {st['seq_len']} tokens, {st['schedule']} with "
+           f"{st['chunks']} micro-batches per replica, {st['threads']} thread(s) per process, {st['steps']} timed steps "
+           f"after {st['warmup']}; `{st['command']}`", "",
+           f"machine: {s['machine']['note']}", "",
+           "| preset | grid | processes | tokens/s | step | comm data | comm tensor | comm pipeline | comm embedding "
+           "| peak tensors / rank | params / rank | final loss | loss vs 1,1,1 |",
+           "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for r in s["records"]:
+        c = r["comm_s_per_step"]
+        out.append(f"| {r['preset']} | {r['label']} | {r['processes']} | {r['tokens_per_s']:.0f} "
+                   f"| {1e3 * r['step_time_s']:.0f} ms | " + " | ".join(f"{1e3 * c[k]:.1f} ms" for k in KINDS) +
+                   f" | {mib(r['peak_tensor_bytes'])} MiB | {mib(r['parameter_bytes'])} MiB | {r['final_loss']:.5f} "
+                   f"| {'reference' if r['reference'] else format(r['loss_max_rel_diff_vs_reference'], '.1e')} |")
+    out += ["", "tokens/s: the global batch's, the slowest rank's measure; step: the slowest rank's mean; comm: seconds "
+                "per step blocked in each kind of communication, the largest over the ranks for each kind (pipeline "
+                "includes waiting for the neighbour stage, the bubble); peak tensors and params: the largest over the "
+                "ranks (MiB); loss vs 1,1,1: the largest relative difference from the one-process run over all steps.",
+            ""]
+    for c in s["checks"]:
+        out.append(f"{c['name']}: {c['value']} (goal: {c['goal']}) **{c['status']}**")
+    out.append("")
+    return "\n".join(out)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    if args.world_size < 1:
+        sys.exit("error: --world-size must be at least 1")
+    grids = parse_grids(args.grids, args.world_size) if args.grids else factorisations(args.world_size)
+    grids = [g for g in grids if g != (1, 1, 1)]  # the reference runs anyway, first
+    for d, p, t in grids + [(1, 1, 1)]:
+        if args.batch_size % (d * args.chunks):
+            sys.exit(f"error: --batch-size {args.batch_size} is not a multiple of d x --chunks = {d} x {args.chunks} "
+                     f"(grid {d},{p},{t}): every grid must take the same global batch; use a multiple of "
+                     f"{max(g[0] for g in grids) * args.chunks}")
+    os.makedirs(args.out, exist_ok=True)
+    records = [r for preset in args.presets for r in measure(args, preset, grids)]
+    summary = {"settings": {"presets": args.presets, "world_size": args.world_size,
+                            "grids": [list(g) for g in grids], "batch_size": args.batch_size,
+                            "chunks": args.chunks, "seq_len": args.seq_len, "vocab_size": args.vocab_size,
+                            "steps": args.steps, "warmup": args.warmup, "schedule": args.schedule,
+                            "threads": args.threads, "dropout": 0.0,
+                            "command": shlex.join([sys.argv[0]] + (argv if argv is not None else sys.argv[1:]))},
+               "machine": machine(args, grids + [(1, 1, 1)]),
+               "records": records}
+    summary["checks"] = checks(records)
+    write_summary(args.out, summary, markdown)
+    if not args.no_figures:
+        out = run([os.path.join(args.build, "plot_figures"), "--grid-runs", args.out, "--out",
+                   os.path.join(args.out, "figures")], args.timeout, TARGETS)
+        print(out.strip())
+
+
+if __name__ == "__main__":
+    main()
