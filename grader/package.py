@@ -79,8 +79,10 @@ def rubric(n: int):
 
 
 def suites(n: int):
-    """The test suites assignment n's rubric items name (a test name is <suite>.<gtest name>)."""
-    return {t.split(".")[0] for it in rubric(n)["items"] for t in it.get("tests", [])}
+    """The test suites assignment n's rubric items name (a test name is <suite>.<gtest name>),
+    plus its ungraded ones ("own_suites": tests of its given code that need its student files)."""
+    r = rubric(n)
+    return {t.split(".")[0] for it in r["items"] for t in it.get("tests", [])} | set(r.get("own_suites", []))
 
 
 def own_material(n: int, keep_suites=()):
