@@ -28,8 +28,9 @@ terapipe_timeline.png. summary.json:
              max_relative}, samples, file}, depth [{stages, lengths, slices}] (the DP at other K)
   records    one per (L, slicing): seq_len, slicing ("none", "uniform:8", "dp"), lengths,
              slices, measured_s, spread, step_s (the whole step, AdamW included, median),
-             predicted_s, prediction_error (|predicted - measured| / measured), metrics (files)
-  checks     dp_fastest (per L: the DP's measured time at most the best other slicing's plus
+             predicted_s, prediction_error, losses (every step's, the last stage's rank) (|predicted - measured| / measured), metrics (files)
+  checks     loss_matches_unsliced (slicing changes the order of the work, not the model: every
+             run's losses equal the unsliced run's), dp_fastest (per L: the DP's measured time at most the best other slicing's plus
              the larger of their spreads), prediction_error (every run within 10 %)
 Python 3 standard library only.
 """
@@ -44,6 +45,7 @@ from bench_process import last_json_line, run, write_summary
 
 TARGETS = "run_terapipe plot_figures"
 PREDICTION_GOAL = 0.10
+LOSS_RTOL = 1e-4
 DEPTHS = [1, 2, 4, 8, 16]
 
 
@@ -104,13 +106,23 @@ def training_run(args, L, slicing, latency_file):
     predicted = ranks[0]["predicted_seconds"]
     return {"seq_len": L, "slicing": slicing, "lengths": ranks[0]["lengths"], "slices": len(ranks[0]["lengths"]),
             "measured_s": measured, "spread": (max(spans) - min(spans)) / measured if measured > 0 else 0.0,
-            "step_s": statistics.median(steps), "predicted_s": predicted,
+            "step_s": statistics.median(steps), "predicted_s": predicted, "losses": ranks[-1]["losses"],
             "prediction_error": abs(predicted - measured) / measured if measured > 0 else None,
             "metrics": paths}
 
 
+def rel_diff(losses, ref):
+    return max(abs(a - b) / abs(b) if b else abs(a - b) for a, b in zip(losses, ref))
+
+
 def checks(records, seq_lens):
-    out = []
+    worst = max((rel_diff(r["losses"], next(x for x in records if x["seq_len"] == r["seq_len"]
+                                          and x["slicing"] == "none")["losses"]), r["seq_len"], r["slicing"])
+                for r in records)
+    out = [{"name": "loss_matches_unsliced",
+            "goal": f"every slicing's loss at every step within {LOSS_RTOL:g} (relative) of the unsliced run's",
+            "value": f"{worst[0]:.2e} at most (L = {worst[1]}, {worst[2]})",
+            "status": "PASS" if worst[0] <= LOSS_RTOL else "MISS"}]
     for L in seq_lens:
         rs = [r for r in records if r["seq_len"] == L]
         dp = next(r for r in rs if r["slicing"] == "dp")
