@@ -228,8 +228,8 @@ TimelinePicture picture_of(const Run& run, const std::string& runs_dir, const st
     for (size_t k = 0; k < timeline.size(); ++k) {
       const json& a = timeline[k];
       const std::string where = path + ": timeline[" + std::to_string(k) + "]";
-      if (!a.is_array() || a.size() != 5 || !std::all_of(a.begin(), a.end(), [](const json& x) { return x.is_number(); }))
-        throw Error(where + " is not [op, unit, stage, start, end] (five numbers): run " + kMakeIt + " again");
+      if (!a.is_array() || a.size() < 5 || !std::all_of(a.begin(), a.end(), [](const json& x) { return x.is_number(); }))
+        throw Error(where + " is not [op, unit, stage, start, end, recv] (numbers): run " + kMakeIt + " again");
       const int op = a[0].get<int>(), unit = a[1].get<int>();
       if (op != 0 && op != 1) throw Error(where + ": op " + std::to_string(op) + " is not 0 (forward) or 1 (backward)");
       if (unit < 0 || unit >= micro * n)

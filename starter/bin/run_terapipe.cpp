@@ -27,11 +27,15 @@
 // Metrics per rank (--out, {rank} and {world} replaced), over the timed steps (after --warmup):
 // slicing, lengths, pipeline_seconds (the schedule's span on this rank: the measured value
 // the prediction is for), step_seconds, tokens_per_sec, losses (the last stage's rank),
-// predicted_seconds and the latency model (with --latency), and timeline: this rank's
-// actions of the last step, [op (0 F, 1 B), unit, stage, start, end].
+// predicted_seconds and the latency model (with --latency), unit_compute_seconds (per unit u,
+// [forward, backward]: the median over the timed steps of the action's span less its time in
+// P2P receives, i.e. this stage's own t(l, c) measured in the pipeline), and timeline: this rank's
+// actions of the last step, [op (0 F, 1 B), unit, stage, start, end, recv] (recv: of end - start,
+// the seconds spent in P2P receives).
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <fstream>
 #include <iostream>
@@ -76,6 +80,12 @@ kit::GPT2Config config_of(const TeraOptions& o) {
   if (o.n_positions > 0) cfg.n_positions = o.n_positions;
   cfg.vocab_size = o.vocab;
   return cfg;
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+  return v[v.size() / 2];
 }
 
 int64_t warmup_of(const TeraOptions& o) { return o.warmup >= 0 ? o.warmup : std::min<int64_t>(1, o.steps - 1); }
@@ -178,7 +188,7 @@ int profile_main(const TeraOptions& o) {
                                            tp::latency_grid(L), contexts, o.profile_repeats);
   const tp::LatencyModel fit = tp::fit_latency(samples);
   const tp::FitError err = tp::fit_error(fit, samples);
-  std::cout << "t(l, c) = " << fit.to_string() << " over " << samples.size() << " samples; fit error: rms "
+  std::cout << fit.to_string() << " over " << samples.size() << " samples; fit error: rms "
             << 100 * err.rms_relative << " %, max " << 100 * err.max_relative << " %" << std::endl;
   const nlohmann::json j = {{"program", "run_terapipe"}, {"preset", o.run.preset}, {"n_layer", cfg.n_layer},
                             {"n_embd", cfg.n_embd}, {"n_head", cfg.n_head}, {"stages", o.stages},
@@ -186,7 +196,9 @@ int profile_main(const TeraOptions& o) {
                             {"threads", o.run.train.threads}, {"model", tp::to_json(fit)},
                             {"fit_error", {{"rms_relative", err.rms_relative}, {"max_relative", err.max_relative}}},
                             {"samples", tp::to_json(samples)}};
-  kit::write_rank_json(o.profile, 0, 1, j.dump(1));
+  const std::string text = j.dump(1) + "\n";
+  kit::write_file_atomically(o.profile, std::vector<char>(text.begin(), text.end()), "--profile");
+  std::cout << "wrote " << o.profile << std::endl;
   return 0;
 }
 
@@ -230,6 +242,9 @@ int worker_main(const TeraOptions& o, int rank, int W, const std::string& launch
   const torch::Tensor mask = torch::ones({B, T});
   std::vector<double> losses, step_seconds, pipeline_seconds;
   pp::BatchResult last;
+  // Per unit and direction, this rank's compute seconds over the timed steps (an action's span
+  // less its time in P2P receives): in-pipeline samples of t(l, c) for bench/terapipe.py.
+  std::vector<std::array<std::vector<double>, 2>> unit_compute(static_cast<size_t>(m * n));
   auto t_timed = std::chrono::steady_clock::now();
   for (int64_t k = 0; k < o.steps; ++k) {
     if (k == warmup) t_timed = std::chrono::steady_clock::now();
@@ -239,6 +254,10 @@ int worker_main(const TeraOptions& o, int rank, int W, const std::string& launch
     const auto micro = pp::split_batch(x.narrow(1, 0, T).contiguous(), x.narrow(1, 1, T).contiguous(), mask, m);
     last = executor.run(schedule, micro);
     pipeline_seconds.push_back(last.timeline.empty() ? 0.0 : last.timeline.back().end);
+    if (k >= warmup)
+      for (const auto& a : last.timeline)
+        unit_compute[static_cast<size_t>(a.action.microbatch)][a.action.op == pp::Op::Forward ? 0 : 1].push_back(
+            a.end - a.start - a.recv);
     pp::sum_tied_gradients(modules, shape, rank);
     optimizer.step();
     step_seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
@@ -251,7 +270,9 @@ int worker_main(const TeraOptions& o, int rank, int W, const std::string& launch
   if (!o.run.out.empty()) {
     nlohmann::json timeline = nlohmann::json::array();
     for (const auto& a : last.timeline)
-      timeline.push_back({a.action.op == pp::Op::Forward ? 0 : 1, a.action.microbatch, a.stage, a.start, a.end});
+      timeline.push_back({a.action.op == pp::Op::Forward ? 0 : 1, a.action.microbatch, a.stage, a.start, a.end, a.recv});
+    nlohmann::json units = nlohmann::json::array();
+    for (auto& fb : unit_compute) units.push_back({median(fb[0]), median(fb[1])});
     const auto timed = [&](const std::vector<double>& v) { return std::vector<double>(v.begin() + warmup, v.end()); };
     nlohmann::json j = {
         {"program", "run_terapipe"}, {"preset", o.run.preset}, {"n_layer", cfg.n_layer}, {"n_embd", cfg.n_embd},
@@ -264,7 +285,7 @@ int worker_main(const TeraOptions& o, int rank, int W, const std::string& launch
         {"losses", rank == K - 1 ? nlohmann::json(losses) : nlohmann::json()},
         {"predicted_seconds", predicted >= 0 ? nlohmann::json(predicted) : nlohmann::json()},
         {"latency_model", o.latency.empty() ? nlohmann::json() : tp::to_json(latency)},
-        {"timeline", timeline}};
+        {"unit_compute_seconds", units}, {"timeline", timeline}};
     kit::write_rank_json(o.run.out, rank, W, j.dump(1));
   }
   kit::dist::destroy_process_group();
