@@ -238,7 +238,11 @@ TimelinePicture picture_of(const Run& run, const std::string& runs_dir, const st
                     "): is the file from run_terapipe? Run " + kMakeIt + " --out " + runs_dir + " again");
       const int i = unit / n, s = unit % n;
       std::string label = (op ? "B" : "F") + (micro > 1 ? std::to_string(i) + "." : std::string()) + std::to_string(s);
-      boxes.push_back({label, op == 1, 0, 1e3 * a[3].get<double>(), 1e3 * a[4].get<double>()});
+      // An action first waits for its input (the 6th number: seconds in P2P receives), then
+      // computes: the box is the computing, so the wait shows as the bubble it is.
+      const double wait = a.size() > 5 ? std::max(0.0, a[5].get<double>()) : 0.0;
+      const double start = std::min(a[3].get<double>() + wait, a[4].get<double>());
+      boxes.push_back({label, op == 1, 0, 1e3 * start, 1e3 * a[4].get<double>()});
       span = std::max(span, a[4].get<double>());
     }
     p.ranks.push_back(std::move(boxes));
