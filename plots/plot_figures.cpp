@@ -1,6 +1,8 @@
 // plot_figures: the benchmark figures of Problems 1.3 and 2.3, the loss curves, the
-// clock-cycle schedule picture, and a summary table and JSON, from the runs' metrics; and
-// the handout's pictures (subcommands `schedule` and `grid`).
+// clock-cycle schedule picture, and a summary table and JSON, from the runs' metrics; one
+// later problem's figures from its benchmark's directory (--pipeline-runs, --tp-runs,
+// --zero-runs, --grid-runs, --terapipe-runs); and the handout's pictures (subcommands
+// `schedule` and `grid`).
 //   ./build/plot_figures                                   # the programs' default --out paths
 //   ./build/plot_figures --dp-single runs/dp_w1 --dp-multi runs/dp_w2 --model-parallel runs/mp.json
 //                        --pipeline runs/pp.json --single runs/train.json --out submit_figures
@@ -10,6 +12,7 @@
 //   ./build/plot_figures --tp-runs runs/tensor_parallel --out submit_figures             # Problem 4 only
 //   ./build/plot_figures --zero-runs runs/zero --out submit_figures                      # Problem 5 only
 //   ./build/plot_figures --grid-runs runs/grid --out submit_figures                      # Problem 6's sweep only
+//   ./build/plot_figures --terapipe-runs runs/terapipe --out submit_figures              # Problem 7 only
 #include <CLI/CLI.hpp>
 #include <iostream>
 
@@ -19,6 +22,7 @@
 #include "kit/errors.h"
 #include "make_figures.h"
 #include "pipeline_figures.h"
+#include "terapipe_figures.h"
 #include "tp_figures.h"
 #include "zero_figures.h"
 
@@ -94,6 +98,11 @@ int main(int argc, char** argv) {
   std::string grid_runs;
   app.add_option("--grid-runs", grid_runs,
                  "Draw only the 3D grid sweep figure (grid_sweep.png) from DIR/summary.json of bench/grid.py");
+  std::string terapipe_runs;
+  app.add_option("--terapipe-runs", terapipe_runs,
+                 "Draw only the TeraPipe figures (terapipe_slicing.png: measured and predicted time per slicing; "
+                 "terapipe_timeline.png: GPipe's and the DP slicing's timelines at the largest L) from DIR/summary.json "
+                 "of bench/terapipe.py and the rank files it names");
   app.add_option("--gnuplot", o.png.gnuplot, "The gnuplot program to run")->capture_default_str();
 
   std::string schedule_size = "4x3", schedule_out;
@@ -138,6 +147,11 @@ int main(int argc, char** argv) {
     }
     if (!grid_runs.empty()) {
       for (const auto& f : kit::plots::draw_grid_figures(grid_runs, o.out_dir, o.png))
+        std::cout << "wrote " << f << "\n";
+      return 0;
+    }
+    if (!terapipe_runs.empty()) {
+      for (const auto& f : kit::plots::draw_terapipe_figures(terapipe_runs, o.out_dir, o.png))
         std::cout << "wrote " << f << "\n";
       return 0;
     }

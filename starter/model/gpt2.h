@@ -23,6 +23,7 @@ class CausalSelfAttentionImpl : public torch::nn::Module {
 
   torch::nn::Linear c_attn{nullptr}, c_proj{nullptr};
   torch::nn::Dropout attn_dropout{nullptr}, resid_dropout{nullptr};
+  int64_t n_head() const { return n_head_; }
 
  private:
   int64_t n_head_;

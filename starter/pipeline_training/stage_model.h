@@ -74,6 +74,10 @@ class StageModuleImpl : public torch::nn::Module {
  private:
   int64_t stage_, n_stages_, first_block_ = 0, num_blocks_ = 0;
   GPT2Config cfg_;
+
+ protected:
+  // The stage's modules (null where the stage has none), for stages that run them
+  // differently (Problem 7's token slices, terapipe/pipeline.h).
   torch::nn::Embedding wte{nullptr}, wpe{nullptr};
   torch::nn::Dropout drop{nullptr};
   torch::nn::ModuleList h{nullptr};
