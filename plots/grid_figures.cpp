@@ -10,37 +10,15 @@
 #include <tuple>
 
 #include "kit/errors.h"
+#include "summary_json.h"
 
 namespace kit::plots {
 namespace {
 
 using nlohmann::json;
 
-const char* const kMakeIt = "python3 bench/grid.py";
+const SummaryReader kSummary{"bench/grid.py's summary.json", "python3 bench/grid.py"};
 
-const json& field(const json& j, const char* key, const std::string& where) {
-  if (!j.is_object() || !j.contains(key))
-    throw Error(where + " has no \"" + key + "\": is it bench/grid.py's summary.json? Run " + kMakeIt + " first");
-  return j.at(key);
-}
-
-double number(const json& j, const char* key, const std::string& where) {
-  const json& v = field(j, key, where);
-  if (!v.is_number()) throw Error(where + ": \"" + key + "\" is not a number");
-  return v.get<double>();
-}
-
-const std::string& text(const json& j, const char* key, const std::string& where) {
-  const json& v = field(j, key, where);
-  if (!v.is_string()) throw Error(where + ": \"" + key + "\" is not a string");
-  return v.get_ref<const std::string&>();
-}
-
-bool boolean(const json& j, const char* key, const std::string& where) {
-  const json& v = field(j, key, where);
-  if (!v.is_boolean()) throw Error(where + ": \"" + key + "\" is not true or false");
-  return v.get<bool>();
-}
 
 // The kinds of communication, bottom to top of a stacked bar, and their colours.
 const char* const kKinds[] = {"data", "tensor", "pipeline", "embedding"};
@@ -59,33 +37,23 @@ struct Bar {
   double comm[4] = {0, 0, 0, 0};
 };
 
-json read_summary(const std::string& path, const std::string& runs_dir) {
-  std::ifstream f(path);
-  if (!f) throw Error("cannot read " + path + ": run " + kMakeIt + " --out " + runs_dir + " first");
-  try {
-    return json::parse(f);
-  } catch (const std::exception& e) {
-    throw Error(path + " is not JSON (" + e.what() + "): run " + kMakeIt + " --out " + runs_dir + " again");
-  }
-}
-
 // The records grouped by preset, in the order they first appear.
 std::vector<std::pair<std::string, std::vector<Bar>>> read_bars(const json& s, const std::string& path) {
-  const json& records = field(s, "records", path);
+  const json& records = kSummary.field(s, "records", path);
   if (!records.is_array() || records.empty())
-    throw Error(path + " holds no record: run " + std::string(kMakeIt) + " again");
+    throw Error(path + " holds no record: run " + kSummary.make_it + " again");
   std::vector<std::pair<std::string, std::vector<Bar>>> presets;
   for (size_t i = 0; i < records.size(); ++i) {
     const json& r = records[i];
     const std::string where = path + ": records[" + std::to_string(i) + "]";
     Bar b;
-    b.label = text(r, "label", where);
-    b.reference = boolean(r, "reference", where);
-    b.tokens_per_s = number(r, "tokens_per_s", where);
-    b.step_time_s = number(r, "step_time_s", where);
-    const json& comm = field(r, "comm_s_per_step", where);
-    for (int k = 0; k < 4; ++k) b.comm[k] = number(comm, kKinds[k], where + ".comm_s_per_step");
-    const std::string& preset = text(r, "preset", where);
+    b.label = kSummary.text(r, "label", where);
+    b.reference = kSummary.boolean(r, "reference", where);
+    b.tokens_per_s = kSummary.number(r, "tokens_per_s", where);
+    b.step_time_s = kSummary.number(r, "step_time_s", where);
+    const json& comm = kSummary.field(r, "comm_s_per_step", where);
+    for (int k = 0; k < 4; ++k) b.comm[k] = kSummary.number(comm, kKinds[k], where + ".comm_s_per_step");
+    const std::string& preset = kSummary.text(r, "preset", where);
     auto it = std::find_if(presets.begin(), presets.end(), [&](const auto& p) { return p.first == preset; });
     if (it == presets.end()) it = presets.insert(presets.end(), {preset, {}});
     it->second.push_back(b);
@@ -153,19 +121,19 @@ void draw_comm(Gnuplot& gp, const std::string& preset, const std::vector<Bar>& b
 std::vector<std::string> draw_grid_figures(const std::string& runs_dir, const std::string& out_dir,
                                            const PngOptions& png) {
   const std::string path = runs_dir + "/summary.json";
-  const json s = read_summary(path, runs_dir);
+  const json s = kSummary.read(path, runs_dir);
   const auto presets = read_bars(s, path);  // first: another benchmark's summary has no records
-  const json& st = field(s, "settings", path);
-  const json& machine = field(s, "machine", path);
+  const json& st = kSummary.field(s, "settings", path);
+  const json& machine = kSummary.field(s, "machine", path);
   char setup[320];
   std::snprintf(setup, sizeof setup,
                 "Every (d, p, t) factorisation of W = %d ranks (data, pipeline, tensor), %s, %d micro-batches per "
                 "replica\nglobal batch %d x %d tokens, %d thread(s) per process, %d cores%s",
-                static_cast<int>(number(st, "world_size", path)),
-                text(st, "schedule", path).c_str(), static_cast<int>(number(st, "chunks", path)),
-                static_cast<int>(number(st, "batch_size", path)), static_cast<int>(number(st, "seq_len", path)),
-                static_cast<int>(number(st, "threads", path)), static_cast<int>(number(machine, "cores", path)),
-                boolean(machine, "oversubscribed", path) ? " (oversubscribed: ranks share cores)" : "");
+                static_cast<int>(kSummary.number(st, "world_size", path)),
+                kSummary.text(st, "schedule", path).c_str(), static_cast<int>(kSummary.number(st, "chunks", path)),
+                static_cast<int>(kSummary.number(st, "batch_size", path)), static_cast<int>(kSummary.number(st, "seq_len", path)),
+                static_cast<int>(kSummary.number(st, "threads", path)), static_cast<int>(kSummary.number(machine, "cores", path)),
+                kSummary.boolean(machine, "oversubscribed", path) ? " (oversubscribed: ranks share cores)" : "");
   const std::string out = out_dir + "/" + kGridSweepFigureFile;
   size_t widest = 0;
   for (const auto& p : presets) widest = std::max(widest, p.second.size());

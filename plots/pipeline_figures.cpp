@@ -6,6 +6,7 @@
 
 #include "figures.h"
 #include "kit/errors.h"
+#include "summary_json.h"
 #include "timeline_png.h"
 
 namespace kit::plots {
@@ -13,12 +14,7 @@ namespace {
 
 using nlohmann::json;
 
-const json& field(const json& j, const char* key, const std::string& where) {
-  if (!j.is_object() || !j.contains(key))
-    throw Error(where + " has no \"" + key + "\": is it bench/pipeline_schedules.py's summary.json? Run "
-                "python3 bench/pipeline_schedules.py (or scripts/pipeline_job.sh) first");
-  return j.at(key);
-}
+const SummaryReader kSummary{"bench/pipeline_schedules.py's summary.json", "python3 bench/pipeline_schedules.py (or scripts/pipeline_job.sh)"};
 
 // A timeline in simulate.h's JSON form ("timeline": one list of actions per rank), times
 // in seconds, drawn in milliseconds.
@@ -26,16 +22,16 @@ TimelinePicture picture_of(const json& t, const std::string& title, const std::s
   TimelinePicture p;
   p.title = title;
   p.xlabel = "time (ms)";
-  p.chunks = field(t, "chunks", where).get<int>();
-  for (const json& row : field(t, "timeline", where)) {
+  p.chunks = kSummary.field(t, "chunks", where).get<int>();
+  for (const json& row : kSummary.field(t, "timeline", where)) {
     std::vector<TimelineBox> boxes;
     for (const json& a : row) {
-      const bool backward = field(a, "op", where).get<std::string>() == "B";
-      const int chunk = field(a, "chunk", where).get<int>();
-      std::string label = (backward ? "B" : "F") + std::to_string(field(a, "microbatch", where).get<int>());
+      const bool backward = kSummary.field(a, "op", where).get<std::string>() == "B";
+      const int chunk = kSummary.field(a, "chunk", where).get<int>();
+      std::string label = (backward ? "B" : "F") + std::to_string(kSummary.field(a, "microbatch", where).get<int>());
       if (p.chunks > 1) label += "." + std::to_string(chunk);
-      boxes.push_back({label, backward, chunk, 1e3 * field(a, "start", where).get<double>(),
-                       1e3 * field(a, "end", where).get<double>()});
+      boxes.push_back({label, backward, chunk, 1e3 * kSummary.field(a, "start", where).get<double>(),
+                       1e3 * kSummary.field(a, "end", where).get<double>()});
     }
     p.ranks.push_back(std::move(boxes));
   }
@@ -62,24 +58,24 @@ std::vector<std::string> draw_pipeline_figures(const std::string& runs_dir, cons
   } catch (const std::exception& e) {
     throw Error(path + " is not JSON: " + e.what());
   }
-  const json& settings = field(s, "settings", path);
+  const json& settings = kSummary.field(s, "settings", path);
   char setup[200];
   std::snprintf(setup, sizeof setup, "%s, batch %d x %d tokens, m = %d micro-batches, p = %d ranks, %d thread(s) each",
-                field(settings, "preset", path).get<std::string>().c_str(), field(settings, "batch_size", path).get<int>(),
-                field(settings, "seq_len", path).get<int>(), field(settings, "microbatches", path).get<int>(),
-                field(settings, "stages", path).get<int>(), field(settings, "threads", path).get<int>());
+                kSummary.field(settings, "preset", path).get<std::string>().c_str(), kSummary.field(settings, "batch_size", path).get<int>(),
+                kSummary.field(settings, "seq_len", path).get<int>(), kSummary.field(settings, "microbatches", path).get<int>(),
+                kSummary.field(settings, "stages", path).get<int>(), kSummary.field(settings, "threads", path).get<int>());
 
   std::vector<TimelinePicture> panels;
-  for (const json& sch : field(s, "schedules", path)) {
-    const std::string name = field(sch, "name", path).get<std::string>();
-    const double predicted = field(sch, "predicted_step_s", path).get<double>();
-    const double measured = field(sch, "measured_step_s", path).get<double>();
+  for (const json& sch : kSummary.field(s, "schedules", path)) {
+    const std::string name = kSummary.field(sch, "name", path).get<std::string>();
+    const double predicted = kSummary.field(sch, "predicted_step_s", path).get<double>();
+    const double measured = kSummary.field(sch, "measured_step_s", path).get<double>();
     char ratio[64];
     std::snprintf(ratio, sizeof ratio, "predicted / measured = %.2f", predicted / measured);
-    panels.push_back(picture_of(field(sch, "simulated", path),
+    panels.push_back(picture_of(kSummary.field(sch, "simulated", path),
                                 name + ", simulated from the measured per-stage F and B times: step " + ms(predicted),
                                 path));
-    panels.push_back(picture_of(field(sch, "measured", path),
+    panels.push_back(picture_of(kSummary.field(sch, "measured", path),
                                 name + ", measured (mean step " + ms(measured) + ", " + ratio + ")", path));
   }
   const std::string timelines = out_dir + "/" + kPipelineTimelinesFile;
@@ -92,9 +88,9 @@ std::vector<std::string> draw_pipeline_figures(const std::string& runs_dir, cons
   chart.title = std::string("Training throughput, the same batch everywhere\n") + setup +
                 "; mean ± std over the timed steps";
   chart.ylabel = "tokens per second";
-  for (const json& r : field(s, "throughput", path))
-    chart.bars.push_back({field(r, "label", path).get<std::string>(),
-                          {field(r, "tokens_per_s", path).get<double>(), r.value("tokens_per_s_std", 0.0), 1}});
+  for (const json& r : kSummary.field(s, "throughput", path))
+    chart.bars.push_back({kSummary.field(r, "label", path).get<std::string>(),
+                          {kSummary.field(r, "tokens_per_s", path).get<double>(), r.value("tokens_per_s_std", 0.0), 1}});
   const std::string throughput = out_dir + "/" + kPipelineThroughputFile;
   PngOptions bars = png;
   bars.width = 1300;

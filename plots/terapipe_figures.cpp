@@ -10,6 +10,7 @@
 #include <tuple>
 
 #include "kit/errors.h"
+#include "summary_json.h"
 #include "timeline_png.h"
 
 namespace kit::plots {
@@ -17,47 +18,8 @@ namespace {
 
 using nlohmann::json;
 
-const char* const kMakeIt = "python3 bench/terapipe.py";
+const SummaryReader kSummary{"bench/terapipe.py's summary.json", "python3 bench/terapipe.py"};
 
-const json& field(const json& j, const char* key, const std::string& where) {
-  if (!j.is_object() || !j.contains(key))
-    throw Error(where + " has no \"" + key + "\": is it bench/terapipe.py's output? Run " + kMakeIt + " first");
-  return j.at(key);
-}
-
-double number(const json& j, const char* key, const std::string& where) {
-  const json& v = field(j, key, where);
-  if (!v.is_number()) throw Error(where + ": \"" + key + "\" is not a number");
-  return v.get<double>();
-}
-
-int integer(const json& j, const char* key, const std::string& where) {
-  const json& v = field(j, key, where);
-  if (!v.is_number_integer()) throw Error(where + ": \"" + key + "\" is not a whole number");
-  return v.get<int>();
-}
-
-const std::string& text(const json& j, const char* key, const std::string& where) {
-  const json& v = field(j, key, where);
-  if (!v.is_string()) throw Error(where + ": \"" + key + "\" is not a string");
-  return v.get_ref<const std::string&>();
-}
-
-const json& list(const json& j, const char* key, const std::string& where) {
-  const json& v = field(j, key, where);
-  if (!v.is_array() || v.empty()) throw Error(where + ": \"" + key + "\" is not a non-empty list");
-  return v;
-}
-
-json read_json(const std::string& path, const std::string& runs_dir) {
-  std::ifstream f(path);
-  if (!f) throw Error("cannot read " + path + ": run " + kMakeIt + " --out " + runs_dir + " first");
-  try {
-    return json::parse(f);
-  } catch (const std::exception& e) {
-    throw Error(path + " is not JSON (" + e.what() + "): run " + kMakeIt + " --out " + runs_dir + " again");
-  }
-}
 
 // One run of summary.json's records: a sequence length cut by one slicing.
 struct Run {
@@ -71,24 +33,24 @@ struct Run {
 
 // The records grouped by sequence length, in the order they first appear.
 std::vector<std::pair<int, std::vector<Run>>> read_runs(const json& s, const std::string& path) {
-  const json& records = field(s, "records", path);
+  const json& records = kSummary.field(s, "records", path);
   if (!records.is_array() || records.empty())
-    throw Error(path + " holds no record: run " + std::string(kMakeIt) + " again");
+    throw Error(path + " holds no record: run " + kSummary.make_it + " again");
   std::vector<std::pair<int, std::vector<Run>>> by_length;
   for (size_t i = 0; i < records.size(); ++i) {
     const json& r = records[i];
     Run run;
     run.where = path + ": records[" + std::to_string(i) + "]";
-    run.seq_len = integer(r, "seq_len", run.where);
-    run.slicing = text(r, "slicing", run.where);
-    run.slices = integer(r, "slices", run.where);
-    for (const json& l : list(r, "lengths", run.where)) {
+    run.seq_len = kSummary.integer(r, "seq_len", run.where);
+    run.slicing = kSummary.text(r, "slicing", run.where);
+    run.slices = kSummary.integer(r, "slices", run.where);
+    for (const json& l : kSummary.list(r, "lengths", run.where)) {
       if (!l.is_number_integer()) throw Error(run.where + ": \"lengths\" holds something that is not a whole number");
       run.lengths.push_back(l.get<int>());
     }
-    run.measured_s = number(r, "measured_s", run.where);
-    run.predicted_s = number(r, "predicted_s", run.where);
-    for (const json& m : list(r, "metrics", run.where)) {
+    run.measured_s = kSummary.number(r, "measured_s", run.where);
+    run.predicted_s = kSummary.number(r, "predicted_s", run.where);
+    for (const json& m : kSummary.list(r, "metrics", run.where)) {
       if (!m.is_string()) throw Error(run.where + ": \"metrics\" holds something that is not a file name");
       run.metrics.push_back(m.get<std::string>());
     }
@@ -218,24 +180,24 @@ TimelinePicture picture_of(const Run& run, const std::string& runs_dir, const st
     const std::string path = find_rank_file(run.metrics[r], runs_dir, moved);
     if (path.empty())
       throw Error("cannot read " + run.metrics[r] + " (" + run.where + ".metrics[" + std::to_string(r) +
-                  "], run_terapipe's metrics of rank " + std::to_string(r) + "), nor " + moved + ": run " + kMakeIt +
+                  "], run_terapipe's metrics of rank " + std::to_string(r) + "), nor " + moved + ": run " + kSummary.make_it +
                   " --out " + runs_dir + " again");
-    const json m = read_json(path, runs_dir);
-    const int n = static_cast<int>(list(m, "lengths", path).size());
-    const int micro = integer(m, "microbatches", path);
+    const json m = kSummary.read(path, runs_dir);
+    const int n = static_cast<int>(kSummary.list(m, "lengths", path).size());
+    const int micro = kSummary.integer(m, "microbatches", path);
     std::vector<TimelineBox> boxes;
-    const json& timeline = list(m, "timeline", path);
+    const json& timeline = kSummary.list(m, "timeline", path);
     for (size_t k = 0; k < timeline.size(); ++k) {
       const json& a = timeline[k];
       const std::string where = path + ": timeline[" + std::to_string(k) + "]";
       if (!a.is_array() || a.size() < 5 || !std::all_of(a.begin(), a.end(), [](const json& x) { return x.is_number(); }))
-        throw Error(where + " is not [op, unit, stage, start, end, recv] (numbers): run " + kMakeIt + " again");
+        throw Error(where + " is not [op, unit, stage, start, end, recv] (numbers): run " + kSummary.make_it + " again");
       const int op = a[0].get<int>(), unit = a[1].get<int>();
       if (op != 0 && op != 1) throw Error(where + ": op " + std::to_string(op) + " is not 0 (forward) or 1 (backward)");
       if (unit < 0 || unit >= micro * n)
         throw Error(where + ": unit " + std::to_string(unit) + " is not one of the run's " + std::to_string(micro) +
                     " micro-batch(es) x " + std::to_string(n) + " slice(s) (0 to " + std::to_string(micro * n - 1) +
-                    "): is the file from run_terapipe? Run " + kMakeIt + " --out " + runs_dir + " again");
+                    "): is the file from run_terapipe? Run " + kSummary.make_it + " --out " + runs_dir + " again");
       const int i = unit / n, s = unit % n;
       std::string label = (op ? "B" : "F") + (micro > 1 ? std::to_string(i) + "." : std::string()) + std::to_string(s);
       // An action first waits for its input (the 6th number: seconds in P2P receives), then
@@ -259,7 +221,7 @@ std::vector<TimelinePicture> timeline_panels(const std::string& runs_dir, const 
     const auto it = std::find_if(runs.begin(), runs.end(), [&](const Run& r) { return r.slicing == slicing; });
     if (it == runs.end())
       throw Error(runs_dir + "/summary.json has no \"" + slicing + "\" record at L = " + std::to_string(seq_len) +
-                  ": run " + kMakeIt + " --out " + runs_dir + " again (it runs none, uniform and dp at every L)");
+                  ": run " + kSummary.make_it + " --out " + runs_dir + " again (it runs none, uniform and dp at every L)");
     return *it;
   };
   const Run& none = find("none");
@@ -273,17 +235,17 @@ std::vector<TimelinePicture> timeline_panels(const std::string& runs_dir, const 
 std::vector<std::string> draw_terapipe_figures(const std::string& runs_dir, const std::string& out_dir,
                                                const PngOptions& png) {
   const std::string path = runs_dir + "/summary.json";
-  const json s = read_json(path, runs_dir);
+  const json s = kSummary.read(path, runs_dir);
   const auto by_length = read_runs(s, path);  // first: another benchmark's summary has no such records
-  const json& st = field(s, "settings", path);
-  const int chunks = integer(st, "chunks", path);
+  const json& st = kSummary.field(s, "settings", path);
+  const int chunks = kSummary.integer(st, "chunks", path);
   char setup[320];
   std::snprintf(setup, sizeof setup,
                 "%s, K = %d stages (one process each), batch %d rows in %d micro-batch%s, %d thread(s) per process; "
                 "%s",
-                text(st, "preset", path).c_str(), integer(st, "stages", path), integer(st, "batch_size", path), chunks,
-                chunks == 1 ? "" : "es", integer(st, "threads", path),
-                text(field(s, "machine", path), "note", path + ": machine").c_str());
+                kSummary.text(st, "preset", path).c_str(), kSummary.integer(st, "stages", path), kSummary.integer(st, "batch_size", path), chunks,
+                chunks == 1 ? "" : "es", kSummary.integer(st, "threads", path),
+                kSummary.text(kSummary.field(s, "machine", path), "note", path + ": machine").c_str());
   const auto longest = std::max_element(by_length.begin(), by_length.end(),
                                         [](const auto& a, const auto& b) { return a.first < b.first; });
   // Every file read before anything is drawn: bad input leaves no half of the figures.

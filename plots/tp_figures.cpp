@@ -9,21 +9,17 @@
 #include <tuple>
 
 #include "kit/errors.h"
+#include "summary_json.h"
 
 namespace kit::plots {
 namespace {
 
 using nlohmann::json;
 
+const SummaryReader kSummary{"bench/tensor_parallel.py's summary.json", "python3 bench/tensor_parallel.py"};
+
 // One colour per kind of run, the same in both panels and every preset.
 const int kRunColors[] = {0x4C72B0, 0xDD8452, 0x55A868};
-
-const json& field(const json& j, const char* key, const std::string& where) {
-  if (!j.is_object() || !j.contains(key))
-    throw Error(where + " has no \"" + key + "\": is it bench/tensor_parallel.py's summary.json? Run "
-                "python3 bench/tensor_parallel.py first");
-  return j.at(key);
-}
 
 struct Panel {
   std::string title, ylabel, format;  // format: printf of the value label
@@ -80,24 +76,24 @@ std::vector<std::string> draw_tp_figures(const std::string& runs_dir, const std:
   } catch (const std::exception& e) {
     throw Error(path + " is not JSON: " + e.what());
   }
-  const json& st = field(s, "settings", path);
+  const json& st = kSummary.field(s, "settings", path);
   char setup[200];
   std::snprintf(setup, sizeof setup, "global batch %d x %d tokens, %d thread(s) per process, %d cores",
-                field(st, "batch_size", path).get<int>(), field(st, "seq_len", path).get<int>(),
-                field(st, "threads", path).get<int>(), field(st, "cores", path).get<int>());
+                kSummary.field(st, "batch_size", path).get<int>(), kSummary.field(st, "seq_len", path).get<int>(),
+                kSummary.field(st, "threads", path).get<int>(), kSummary.field(st, "cores", path).get<int>());
   Panel tokens{"Throughput", "tokens per second", "%.0f", {}, {}};
   Panel comm{"Communication per step\n(TP: time blocked in the group's all-reduces; DP: in average_gradients)",
              "seconds per step", "%.3f", {}, {}};
   int i = 0;
-  for (const json& preset : field(s, "presets", path)) {
-    const std::string name = field(preset, "preset", path).get<std::string>();
+  for (const json& preset : kSummary.field(s, "presets", path)) {
+    const std::string name = kSummary.field(preset, "preset", path).get<std::string>();
     int k = 0;
-    for (const json& r : field(preset, "runs", path)) {
+    for (const json& r : kSummary.field(preset, "runs", path)) {
       const double x = 4.0 * i + k;
       const int colour = kRunColors[k % 3];
-      const std::string label = field(r, "label", path).get<std::string>();
-      tokens.bars.emplace_back(x, field(r, "tokens_per_s", path).get<double>(), colour, label);
-      comm.bars.emplace_back(x, field(r, "comm_s_per_step", path).get<double>(), colour, label);
+      const std::string label = kSummary.field(r, "label", path).get<std::string>();
+      tokens.bars.emplace_back(x, kSummary.field(r, "tokens_per_s", path).get<double>(), colour, label);
+      comm.bars.emplace_back(x, kSummary.field(r, "comm_s_per_step", path).get<double>(), colour, label);
       ++k;
     }
     tokens.tics.emplace_back(4.0 * i + 1, name);

@@ -10,24 +10,14 @@
 #include <tuple>
 
 #include "kit/errors.h"
+#include "summary_json.h"
 
 namespace kit::plots {
 namespace {
 
 using nlohmann::json;
 
-const json& field(const json& j, const char* key, const std::string& where) {
-  if (!j.is_object() || !j.contains(key))
-    throw Error(where + " has no \"" + key + "\": is it bench/zero.py's summary.json? Run python3 bench/zero.py "
-                "first");
-  return j.at(key);
-}
-
-double number(const json& j, const char* key, const std::string& where) {
-  const json& v = field(j, key, where);
-  if (!v.is_number()) throw Error(where + ": \"" + key + "\" is not a number");
-  return v.get<double>();
-}
+const SummaryReader kSummary{"bench/zero.py's summary.json", "python3 bench/zero.py"};
 
 constexpr double kMiB = 1024.0 * 1024.0;
 
@@ -54,22 +44,12 @@ std::string human_count(double n) {
   return text;
 }
 
-json read_summary(const std::string& path, const std::string& runs_dir) {
-  std::ifstream f(path);
-  if (!f) throw Error("cannot read " + path + ": run python3 bench/zero.py --out " + runs_dir + " first");
-  try {
-    return json::parse(f);
-  } catch (const std::exception& e) {
-    throw Error(path + " is not JSON: " + e.what());
-  }
-}
-
 void draw_memory(const json& s, const std::string& path, const std::string& out, const PngOptions& png) {
-  const json& presets = field(s, "presets", path);
+  const json& presets = kSummary.field(s, "presets", path);
   if (!presets.is_array() || presets.empty())
     throw Error(path + " holds no preset: run python3 bench/zero.py again");
-  const json& st = field(s, "settings", path);
-  const int W = static_cast<int>(number(st, "world_size", path));
+  const json& st = kSummary.field(s, "settings", path);
+  const int W = static_cast<int>(kSummary.number(st, "world_size", path));
   PngOptions size = png;
   size.width = std::max(1150, 650 * static_cast<int>(presets.size()) + 200);
   size.height = 680;
@@ -88,22 +68,22 @@ void draw_memory(const json& s, const std::string& path, const std::string& out,
     for (const json& preset : presets) {
       // One legend, under the last panel.
       gp << (++panel == presets.size() ? "set key below horizontal maxrows 3\n" : "unset key\n");
-      const std::string name = field(preset, "preset", path).get<std::string>();
-      const json& runs = field(preset, "runs", path);
+      const std::string name = kSummary.field(preset, "preset", path).get<std::string>();
+      const json& runs = kSummary.field(preset, "runs", path);
       // rows: x, then the cumulative tops of the four parts, the formula.
       std::vector<std::tuple<double, double, double, double, double, double>> rows;
       std::vector<std::pair<double, std::string>> tics;
       double top = 0;
       int k = 0;
       for (const json& r : runs) {
-        const std::string label = field(r, "label", path).get<std::string>();
-        const double formula = number(field(r, "formula_bytes", path), "total", path) / kMiB;
+        const std::string label = kSummary.field(r, "label", path).get<std::string>();
+        const double formula = kSummary.number(kSummary.field(r, "formula_bytes", path), "total", path) / kMiB;
         int rank = 0;
-        for (const json& m : field(r, "memory_per_rank", path)) {
+        for (const json& m : kSummary.field(r, "memory_per_rank", path)) {
           double cum[4], at = 0;
-          for (int p = 0; p < 4; ++p) cum[p] = (at += number(m, kParts[p], path) / kMiB);
+          for (int p = 0; p < 4; ++p) cum[p] = (at += kSummary.number(m, kParts[p], path) / kMiB);
           char rss[48];
-          const double rss_mib = number(m, "peak_rss", path) / kMiB;
+          const double rss_mib = kSummary.number(m, "peak_rss", path) / kMiB;
           if (rss_mib >= 1024) std::snprintf(rss, sizeof rss, "\\nRSS %.1fG", rss_mib / 1024);
           else std::snprintf(rss, sizeof rss, "\\nRSS %.0fM", rss_mib);
           const double x = k * (W + 1) + rank;
@@ -114,7 +94,7 @@ void draw_memory(const json& s, const std::string& path, const std::string& out,
         }
         ++k;
       }
-      gp << "set title " << gp_quote(name + " (P = " + human_count(number(preset, "parameter_count", path)) +
+      gp << "set title " << gp_quote(name + " (P = " + human_count(kSummary.number(preset, "parameter_count", path)) +
                                      " parameters)")
          << "\n"
          << "set yrange [0:" << (top > 0 ? 1.15 * top : 1.0) << "]\n"
@@ -136,21 +116,21 @@ void draw_memory(const json& s, const std::string& path, const std::string& out,
 }
 
 void draw_bandwidth(const json& s, const std::string& path, const std::string& out, const PngOptions& png) {
-  const json& c = field(s, "collectives", path);
-  const json& sizes = field(c, "sizes", path);
+  const json& c = kSummary.field(s, "collectives", path);
+  const json& sizes = kSummary.field(c, "sizes", path);
   if (!sizes.is_array() || sizes.empty()) throw Error(path + ": \"collectives\" holds no size: run bench/zero.py again");
   std::vector<std::tuple<double, double, double>> rows;  // size, ring busbw, built-in busbw
   std::vector<std::pair<double, std::string>> tics;
   double ratio64 = -1;
   for (const json& r : sizes) {
-    const double b = number(r, "bytes", path);
-    rows.emplace_back(b, number(r, "ring_busbw_GBps", path), number(r, "builtin_busbw_GBps", path));
+    const double b = kSummary.number(r, "bytes", path);
+    rows.emplace_back(b, kSummary.number(r, "ring_busbw_GBps", path), kSummary.number(r, "builtin_busbw_GBps", path));
     tics.emplace_back(b, human_bytes(b));
-    if (b == 64 * kMiB) ratio64 = number(r, "ratio_ring_to_builtin", path);
+    if (b == 64 * kMiB) ratio64 = kSummary.number(r, "ratio_ring_to_builtin", path);
   }
-  const int W = static_cast<int>(number(c, "world_size", path));
+  const int W = static_cast<int>(kSummary.number(c, "world_size", path));
   std::string title = "All-reduce bus bandwidth, " + std::to_string(W) + " ranks (" +
-                      field(c, "backend", path).get<std::string>() + "), float32\nbusbw = 2(n-1)/n x bytes / time";
+                      kSummary.field(c, "backend", path).get<std::string>() + "), float32\nbusbw = 2(n-1)/n x bytes / time";
   if (ratio64 > 0) {
     char text[96];
     std::snprintf(text, sizeof text, "; at 64M the ring takes %.2f x the built-in's time (goal <= 1.5)", ratio64);
@@ -181,7 +161,7 @@ void draw_bandwidth(const json& s, const std::string& path, const std::string& o
 std::vector<std::string> draw_zero_figures(const std::string& runs_dir, const std::string& out_dir,
                                            const PngOptions& png) {
   const std::string path = runs_dir + "/summary.json";
-  const json s = read_summary(path, runs_dir);
+  const json s = kSummary.read(path, runs_dir);
   const std::string memory = out_dir + "/" + kZeroMemoryFigureFile;
   const std::string bandwidth = out_dir + "/" + kRingBandwidthFigureFile;
   draw_memory(s, path, memory, png);

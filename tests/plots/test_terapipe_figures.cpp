@@ -140,7 +140,7 @@ TEST(TerapipeFigures, AnotherBenchmarksSummaryIsRefused) {
   write_json(dir / "summary.json", {{"settings", {{"world_size", 2}}}, {"presets", json::array()}});
   const std::string msg = draw_error(dir.path());
   expect_contains(msg, "\"records\"");
-  expect_contains(msg, "is it bench/terapipe.py's output?");
+  expect_contains(msg, "is it bench/terapipe.py's summary.json?");
 }
 
 }  // namespace
