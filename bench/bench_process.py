@@ -43,3 +43,21 @@ def write_summary(out, summary, markdown):
         f.write(md)
     print("\n" + md)
     print(f"wrote {os.path.join(out, 'summary.json')} and summary.md")
+
+
+def command_line(argv):
+    """The command that ran the benchmark, for its summary's settings."""
+    return shlex.join([sys.argv[0]] + (argv if argv is not None else sys.argv[1:]))
+
+
+def draw_figures(args, flag, targets):
+    """build/plot_figures FLAG OUT --out OUT/figures, unless --no-figures."""
+    if not args.no_figures:
+        out = run([os.path.join(args.build, "plot_figures"), flag, args.out, "--out", os.path.join(args.out, "figures")],
+                  args.timeout, targets)
+        print(out.strip())
+
+
+def rel_diff(losses, ref):
+    """The largest relative difference between two runs' losses, step by step."""
+    return max(abs(a - b) / abs(b) if b else abs(a - b) for a, b in zip(losses, ref))

@@ -45,10 +45,9 @@ Python 3 standard library only.
 import argparse
 import json
 import os
-import shlex
 import sys
 
-from bench_process import run, write_summary
+from bench_process import command_line, draw_figures, rel_diff, run, write_summary
 
 TARGETS = "run_3d plot_figures"  # what the runs need built
 KINDS = ["data", "tensor", "pipeline", "embedding"]
@@ -137,10 +136,6 @@ def grid_run(args, preset, d, p, t):
     }
 
 
-def rel_diff(losses, ref):
-    return max(abs(a - b) / abs(b) if b else abs(a - b) for a, b in zip(losses, ref))
-
-
 def measure(args, preset, grids):
     ref = grid_run(args, preset, 1, 1, 1)
     ref["loss_max_rel_diff_vs_reference"] = 0.0
@@ -220,15 +215,12 @@ def main(argv=None):
                             "chunks": args.chunks, "seq_len": args.seq_len, "vocab_size": args.vocab_size,
                             "steps": args.steps, "warmup": args.warmup, "schedule": args.schedule,
                             "threads": args.threads, "dropout": 0.0,
-                            "command": shlex.join([sys.argv[0]] + (argv if argv is not None else sys.argv[1:]))},
+                            "command": command_line(argv)},
                "machine": machine(args, grids + [(1, 1, 1)]),
                "records": records}
     summary["checks"] = checks(records)
     write_summary(args.out, summary, markdown)
-    if not args.no_figures:
-        out = run([os.path.join(args.build, "plot_figures"), "--grid-runs", args.out, "--out",
-                   os.path.join(args.out, "figures")], args.timeout, TARGETS)
-        print(out.strip())
+    draw_figures(args, "--grid-runs", TARGETS)
 
 
 if __name__ == "__main__":

@@ -31,11 +31,10 @@ and prints the tables. Python 3 standard library only.
 import argparse
 import json
 import os
-import shlex
 import statistics
 import sys
 
-from bench_process import last_json_line, run, write_summary
+from bench_process import command_line, last_json_line, run, write_summary
 
 TARGETS = "bench run_pipeline_training schedule plot_figures"  # what the runs need built
 
@@ -262,7 +261,7 @@ def main(argv=None):
     summary = {"settings": {"preset": args.preset, "batch_size": args.batch_size, "seq_len": args.seq_len,
                             "microbatches": args.chunks, "stages": args.stages, "threads": args.threads,
                             "steps": args.steps, "warmup": args.warmup, "cores": os.cpu_count(),
-                            "command": shlex.join([sys.argv[0]] + (argv if argv is not None else sys.argv[1:]))}}
+                            "command": command_line(argv)}}
     throughput = []
     for config, label, procs in [("single", "one process\n(1 thread)", 1),
                                  ("mp", "model parallel\n(A1, 1 process)", 1),

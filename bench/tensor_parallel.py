@@ -29,10 +29,9 @@ prints the tables. Python 3 standard library only.
 import argparse
 import json
 import os
-import shlex
 import sys
 
-from bench_process import last_json_line, run, write_summary
+from bench_process import command_line, last_json_line, run, write_summary
 
 TARGETS = "run_tensor_parallel bench plot_figures"  # what the runs need built
 
@@ -155,7 +154,7 @@ def main(argv=None):
     summary = {"settings": {"batch_size": args.batch_size, "seq_len": args.seq_len, "threads": args.threads,
                             "steps": args.steps, "warmup": args.warmup, "tensor_parallel": T,
                             "vocab_size": args.vocab_size, "cores": os.cpu_count(),
-                            "command": shlex.join([sys.argv[0]] + (argv if argv is not None else sys.argv[1:]))},
+                            "command": command_line(argv)},
                "presets": [measure(args, p) for p in args.presets]}
     write_summary(args.out, summary, markdown)
 

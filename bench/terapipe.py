@@ -46,11 +46,10 @@ Python 3 standard library only.
 import argparse
 import json
 import os
-import shlex
 import statistics
 import sys
 
-from bench_process import last_json_line, run, write_summary
+from bench_process import command_line, draw_figures, rel_diff, last_json_line, run, write_summary
 
 TARGETS = "run_terapipe plot_figures"
 PREDICTION_GOAL = 0.10
@@ -177,10 +176,6 @@ def training_run(args, L, slicing, latency_file, folder=""):
             "metrics": paths}
 
 
-def rel_diff(losses, ref):
-    return max(abs(a - b) / abs(b) if b else abs(a - b) for a, b in zip(losses, ref))
-
-
 def checks(records, seq_lens):
     worst = max((rel_diff(r["losses"], next(x for x in records if x["seq_len"] == r["seq_len"]
                                           and x["slicing"] == "none")["losses"]), r["seq_len"], r["slicing"])
@@ -274,15 +269,12 @@ def main(argv=None):
     summary = {"settings": {"preset": args.preset, "stages": args.stages, "batch_size": args.batch_size,
                             "chunks": args.chunks, "seq_lens": args.seq_lens, "uniform": args.uniform,
                             "steps": args.steps, "warmup": args.warmup, "threads": args.threads,
-                            "command": shlex.join([sys.argv[0]] + (argv if argv is not None else sys.argv[1:]))},
+                            "command": command_line(argv)},
                "machine": {"cores": cores, "processes": args.stages, "note": note},
                "lengths": lengths, "records": records}
     summary["checks"] = checks(records, args.seq_lens)
     write_summary(args.out, summary, markdown)
-    if not args.no_figures:
-        out = run([os.path.join(args.build, "plot_figures"), "--terapipe-runs", args.out, "--out",
-                   os.path.join(args.out, "figures")], args.timeout, TARGETS)
-        print(out.strip())
+    draw_figures(args, "--terapipe-runs", TARGETS)
 
 
 if __name__ == "__main__":

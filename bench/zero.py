@@ -31,10 +31,9 @@ Python 3 standard library only.
 import argparse
 import json
 import os
-import shlex
 import sys
 
-from bench_process import run, write_summary
+from bench_process import command_line, draw_figures, run, write_summary
 
 TARGETS = "run_zero run_collectives plot_figures"  # what the runs need built
 OPTIMIZERS = [("adamw", "DP"), ("zero1", "ZeRO-1"), ("zero2", "ZeRO-2")]
@@ -216,15 +215,12 @@ def main(argv=None):
     os.makedirs(args.out, exist_ok=True)
     summary = {"settings": {"world_size": args.world_size, "threads": args.threads, "backend": args.backend,
                             "vocab_size": args.vocab_size, "cores": os.cpu_count(),
-                            "command": shlex.join([sys.argv[0]] + (argv if argv is not None else sys.argv[1:]))},
+                            "command": command_line(argv)},
                "presets": [measure(args, p) for p in args.presets],
                "collectives": collectives(args)}
     summary["checks"] = checks(summary, args.world_size)
     write_summary(args.out, summary, markdown)
-    if not args.no_figures:
-        out = run([os.path.join(args.build, "plot_figures"), "--zero-runs", args.out, "--out",
-                   os.path.join(args.out, "figures")], args.timeout, TARGETS)
-        print(out.strip())
+    draw_figures(args, "--zero-runs", TARGETS)
 
 
 if __name__ == "__main__":
