@@ -155,7 +155,7 @@ void check_options(const TeraOptions& o, int world_size) {
                      std::to_string(cfg.n_positions) + " positions): pass --n-positions " +
                      std::to_string(o.run.data.seq_len));
   if (cfg.n_layer < o.stages && !o.print_slicing)
-    throw kit::Error("the model has " + std::to_string(cfg.n_layer) + " blocks but the pipeline " +
+    throw kit::Error("the model has " + std::to_string(cfg.n_layer) + " blocks but the pipeline has " +
                      std::to_string(o.stages) + " stages: use --n-layer " + std::to_string(o.stages) + " or more");
   if (o.profile.empty()) slicing_of(o);  // a bad --slices fails before any process starts
 }
