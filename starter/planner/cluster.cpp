@@ -1,0 +1,121 @@
+// Problem 8 (given): the cluster description (see planner/cluster.h).
+#include "planner/cluster.h"
+
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "kit/errors.h"
+
+namespace kit::planner {
+
+using nlohmann::json;
+
+namespace {
+
+const json& field(const json& j, const char* key, const std::string& where) {
+  if (!j.is_object() || !j.contains(key))
+    throw Error(where + " has no \"" + key + "\": see starter/planner/cluster.h for the format");
+  return j.at(key);
+}
+
+double positive(const json& j, const char* key, const std::string& where) {
+  const json& v = field(j, key, where);
+  if (!v.is_number()) throw Error(where + "." + key + " is not a number");
+  const double x = v.get<double>();
+  if (!std::isfinite(x) || x <= 0) throw Error(where + "." + key + " is " + v.dump() + ": it must be positive");
+  return x;
+}
+
+double non_negative(const json& j, const char* key, const std::string& where) {
+  const json& v = field(j, key, where);
+  if (!v.is_number()) throw Error(where + "." + key + " is not a number");
+  const double x = v.get<double>();
+  if (!std::isfinite(x) || x < 0) throw Error(where + "." + key + " is " + v.dump() + ": it must be 0 or more");
+  return x;
+}
+
+Link link_from_json(const json& j, const char* key, const std::string& where) {
+  const std::string at = where + "." + key;
+  const json& l = field(j, key, where);
+  return {positive(l, "bandwidth", at), non_negative(l, "latency", at)};
+}
+
+}  // namespace
+
+int64_t Cluster::devices() const {
+  int64_t n = 0;
+  for (const auto& node : nodes) n += node.devices;
+  return n;
+}
+
+int64_t Cluster::node_of(int64_t rank) const {
+  if (rank >= 0)
+    for (size_t k = 0; k < nodes.size(); ++k) {
+      if (rank < nodes[k].devices) return static_cast<int64_t>(k);
+      rank -= nodes[k].devices;
+    }
+  throw Error("rank outside the cluster " + name + " of " + std::to_string(devices()) + " devices");
+}
+
+const DeviceType& Cluster::device_of(int64_t rank) const {
+  return device_types.at(nodes[static_cast<size_t>(node_of(rank))].device_type);
+}
+
+const Link& Cluster::link_of(const std::vector<int64_t>& ranks) const {
+  if (ranks.empty()) throw Error("link_of: an empty group has no link");
+  const int64_t first = node_of(ranks.front());
+  for (const int64_t r : ranks)
+    if (node_of(r) != first) return inter_node;
+  return intra_node;
+}
+
+Cluster cluster_from_json(const json& j, const std::string& where) {
+  Cluster c;
+  const json& name = field(j, "name", where);
+  if (!name.is_string()) throw Error(where + ".name is not a string");
+  c.name = name.get<std::string>();
+  const json& types = field(j, "device_types", where);
+  if (!types.is_object() || types.empty()) throw Error(where + ".device_types must map at least one name to a device");
+  for (const auto& [type, d] : types.items()) {
+    const std::string at = where + ".device_types." + type;
+    c.device_types[type] = {positive(d, "flops", at), positive(d, "memory_bytes", at)};
+  }
+  const json& nodes = field(j, "nodes", where);
+  if (!nodes.is_array() || nodes.empty()) throw Error(where + ".nodes must be a list of at least one node");
+  for (size_t k = 0; k < nodes.size(); ++k) {
+    const std::string at = where + ".nodes[" + std::to_string(k) + "]";
+    const json& type = field(nodes[k], "device_type", at);
+    if (!type.is_string() || !c.device_types.count(type.get<std::string>()))
+      throw Error(at + ".device_type " + type.dump() + " is not one of " + where + ".device_types");
+    const json& n = field(nodes[k], "devices", at);
+    if (!n.is_number_integer() || n.get<int64_t>() < 1) throw Error(at + ".devices must be a whole number, 1 or more");
+    c.nodes.push_back({type.get<std::string>(), n.get<int64_t>()});
+  }
+  c.intra_node = link_from_json(j, "intra_node", where);
+  c.inter_node = link_from_json(j, "inter_node", where);
+  return c;
+}
+
+Cluster read_cluster(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw Error("cannot read the cluster file " + path);
+  json j;
+  try {
+    j = json::parse(in);
+  } catch (const json::exception& e) {
+    throw Error(path + " is not JSON: " + e.what());
+  }
+  return cluster_from_json(j, path);
+}
+
+json to_json(const Cluster& c) {
+  json types = json::object(), nodes = json::array();
+  for (const auto& [name, d] : c.device_types) types[name] = {{"flops", d.flops}, {"memory_bytes", d.memory_bytes}};
+  for (const auto& n : c.nodes) nodes.push_back({{"device_type", n.device_type}, {"devices", n.devices}});
+  auto link = [](const Link& l) { return json{{"bandwidth", l.bandwidth}, {"latency", l.latency}}; };
+  return {{"name", c.name}, {"device_types", types}, {"nodes", nodes}, {"intra_node", link(c.intra_node)},
+          {"inter_node", link(c.inter_node)}};
+}
+
+}  // namespace kit::planner
