@@ -1,11 +1,10 @@
 // Problem 8 (given): the cluster description (see planner/cluster.h).
 #include "planner/cluster.h"
 
-#include <cmath>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "kit/errors.h"
+#include "planner/json_fields.h"
 
 namespace kit::planner {
 
@@ -13,26 +12,16 @@ using nlohmann::json;
 
 namespace {
 
+constexpr const char* kFormat = "starter/planner/cluster.h";
+
 const json& field(const json& j, const char* key, const std::string& where) {
-  if (!j.is_object() || !j.contains(key))
-    throw Error(where + " has no \"" + key + "\": see starter/planner/cluster.h for the format");
-  return j.at(key);
+  return planner::field(j, key, where, kFormat);
 }
-
 double positive(const json& j, const char* key, const std::string& where) {
-  const json& v = field(j, key, where);
-  if (!v.is_number()) throw Error(where + "." + key + " is not a number");
-  const double x = v.get<double>();
-  if (!std::isfinite(x) || x <= 0) throw Error(where + "." + key + " is " + v.dump() + ": it must be positive");
-  return x;
+  return positive_number(j, key, where, kFormat);
 }
-
 double non_negative(const json& j, const char* key, const std::string& where) {
-  const json& v = field(j, key, where);
-  if (!v.is_number()) throw Error(where + "." + key + " is not a number");
-  const double x = v.get<double>();
-  if (!std::isfinite(x) || x < 0) throw Error(where + "." + key + " is " + v.dump() + ": it must be 0 or more");
-  return x;
+  return non_negative_number(j, key, where, kFormat);
 }
 
 Link link_from_json(const json& j, const char* key, const std::string& where) {
@@ -97,17 +86,7 @@ Cluster cluster_from_json(const json& j, const std::string& where) {
   return c;
 }
 
-Cluster read_cluster(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw Error("cannot read the cluster file " + path);
-  json j;
-  try {
-    j = json::parse(in);
-  } catch (const json::exception& e) {
-    throw Error(path + " is not JSON: " + e.what());
-  }
-  return cluster_from_json(j, path);
-}
+Cluster read_cluster(const std::string& path) { return cluster_from_json(read_json_file(path, "cluster"), path); }
 
 json to_json(const Cluster& c) {
   json types = json::object(), nodes = json::array();

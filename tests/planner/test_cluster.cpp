@@ -59,7 +59,7 @@ TEST(PlannerCluster, BadFilesNameTheField) {
   expect(j, "nodes[1].device_type \"A100\" is not one of");
   j = two_nodes();
   j["device_types"]["T4"]["flops"] = "fast";
-  expect(j, "device_types.T4.flops is not a number");
+  expect(j, "device_types.T4.flops is \"fast\", not a number");
   j = two_nodes();
   j["nodes"][0]["devices"] = 0;
   expect(j, "nodes[0].devices must be a whole number");

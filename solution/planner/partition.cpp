@@ -1,0 +1,55 @@
+// Problem 8.2: the layer partition that minimises the slowest stage (see planner/partition.h).
+#include <algorithm>
+#include <limits>
+#include <vector>
+
+#include "kit/errors.h"
+#include "planner/partition.h"
+
+namespace kit::planner {
+
+// best[j][e]: the smallest slowest-stage time of stages 0..j holding layers [0, e).
+//   best[0][e] = cost(0; 0, e)
+//   best[j][e] = min over k (j <= k < e) of max(best[j - 1][k], cost(j; k, e))
+// where cost(j; k, e) is the sum of seconds[j][k..e). Keep the k that won each entry, then
+// walk back from (p - 1, L) to read the cuts. O(p L^2) with prefix sums.
+std::vector<int64_t> partition_layers(const std::vector<std::vector<double>>& seconds) {
+  const int64_t p = static_cast<int64_t>(seconds.size());
+  if (p < 1) throw Error("partition_layers needs at least one stage");
+  const int64_t L = static_cast<int64_t>(seconds[0].size());
+  for (const auto& row : seconds)
+    if (static_cast<int64_t>(row.size()) != L)
+      throw Error("partition_layers: every stage's row must have one entry per layer");
+  if (L < p)
+    throw Error("partition_layers: " + std::to_string(L) + " layers cannot fill " + std::to_string(p) +
+                " stages of at least one layer each; use fewer pipeline stages");
+  // BEGIN SOLUTION 8.2 partition_layers
+  const double inf = std::numeric_limits<double>::infinity();
+  const size_t P = static_cast<size_t>(p), N = static_cast<size_t>(L);
+  std::vector<std::vector<double>> prefix(P, std::vector<double>(N + 1, 0));
+  for (size_t j = 0; j < P; ++j)
+    for (size_t i = 0; i < N; ++i) prefix[j][i + 1] = prefix[j][i] + seconds[j][i];
+  std::vector<std::vector<double>> best(P, std::vector<double>(N + 1, inf));
+  std::vector<std::vector<size_t>> cut(P, std::vector<size_t>(N + 1, 0));
+  for (size_t e = 1; e <= N; ++e) best[0][e] = prefix[0][e];
+  for (size_t j = 1; j < P; ++j)
+    for (size_t e = j + 1; e <= N; ++e)
+      for (size_t k = j; k < e; ++k) {
+        const double t = std::max(best[j - 1][k], prefix[j][e] - prefix[j][k]);
+        if (t < best[j][e]) {
+          best[j][e] = t;
+          cut[j][e] = k;
+        }
+      }
+  std::vector<int64_t> layers(P);
+  size_t e = N;
+  for (size_t j = P - 1; j > 0; --j) {
+    layers[j] = static_cast<int64_t>(e - cut[j][e]);
+    e = cut[j][e];
+  }
+  layers[0] = static_cast<int64_t>(e);
+  return layers;
+  // END SOLUTION
+}
+
+}  // namespace kit::planner

@@ -1,0 +1,186 @@
+// plan: the AMP-style planner (Problem 8). It predicts the step time of every parallel
+// strategy of a cluster for a model and a batch, and prints the best few with the terms of
+// their cost (as a table, and as JSON with --json).
+//
+//   ./build/plan --cluster starter/planner/clusters/a100_4x8.json --model gpt2 --batch 512 --seq-len 1024
+//   ./build/plan --cluster runs/planner/this_machine.json --model cpu-small --batch 16 --seq-len 128 \
+//                --grids "4,1,1 2,2,1 1,1,4" --micro-batches 4 --even      # predict given grids only
+//   ./build/plan --cluster my.json --model layers.json --schedules 1f1b,gpipe,interleaved --zero 0,1,2
+//
+// --model is a GPT-2 preset (kit/config.h; --vocab-size sets its vocabulary) or a JSON file of
+// layers (planner/model_spec.h). The cluster file's format is in planner/cluster.h.
+// Strategies that do not fit in memory are left out (--keep-infeasible lists them, marked).
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "kit/errors.h"
+#include "planner/search.h"
+
+namespace pl = kit::planner;
+
+namespace {
+
+struct Options {
+  std::string cluster, model = "cpu-small", json_out, grids, schedules = "1f1b", zero = "0", micro_batch_sizes;
+  int64_t batch = 16, seq_len = 128, top = 10, chunks = 2, micro_batches = 0;
+  pl::Shape shape;
+  bool even = false, keep_infeasible = false;
+};
+
+std::vector<std::string> split(const std::string& text, char sep) {
+  std::vector<std::string> out;
+  std::stringstream in(text);
+  for (std::string item; std::getline(in, item, sep);)
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+int64_t whole(const std::string& text, const std::string& what) {
+  try {
+    size_t used = 0;
+    const long long v = std::stoll(text, &used);
+    if (used == text.size() && v >= 0) return v;
+  } catch (const std::exception&) {
+  }
+  throw kit::Error(what + ": \"" + text + "\" is not a whole number");
+}
+
+pl::SearchOptions search_options(const Options& o) {
+  pl::SearchOptions s;
+  s.schedules.clear();
+  for (const auto& name : split(o.schedules, ',')) s.schedules.push_back(pl::schedule_from_name(name));
+  s.zero_stages.clear();
+  for (const auto& z : split(o.zero, ',')) {
+    const int64_t stage = whole(z, "--zero");
+    if (stage > 2) throw kit::Error("--zero: stage " + z + " is not modelled; use 0, 1 or 2");
+    s.zero_stages.push_back(static_cast<int>(stage));
+  }
+  for (const auto& mb : split(o.micro_batch_sizes, ','))
+    s.micro_batch_sizes.push_back(whole(mb, "--micro-batch-sizes"));
+  s.micro_batches = o.micro_batches;
+  s.interleaved_chunks = o.chunks;
+  s.even = o.even;
+  s.keep_infeasible = o.keep_infeasible;
+  return s;
+}
+
+// --grids "d,p,t ...": only these (d, p, t), every other choice searched as usual.
+bool wanted(const pl::Strategy& s, const std::string& grids) {
+  if (grids.empty()) return true;
+  for (const auto& g : split(grids, ' ')) {
+    const auto dpt = split(g, ',');
+    if (dpt.size() != 3) throw kit::Error("--grids: \"" + g + "\" is not d,p,t (e.g. \"2,1,2\")");
+    if (whole(dpt[0], "--grids") == s.dp && whole(dpt[1], "--grids") == s.pp && whole(dpt[2], "--grids") == s.tp)
+      return true;
+  }
+  return false;
+}
+
+std::string seconds(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, s >= 1 ? "%.2f s" : "%.1f ms", s >= 1 ? s : s * 1e3);
+  return buf;
+}
+
+std::string gib(double b) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f GiB", b / (1 << 30));
+  return buf;
+}
+
+void print_table(const std::vector<pl::Cost>& costs, std::ostream& out) {
+  char line[512];
+  std::snprintf(line, sizeof line, "%-4s %-34s %5s %10s %10s %10s %10s %10s %10s %7s %10s %10s\n", "#", "strategy", "m",
+                "step", "pipeline", "data", "compute", "tensor", "p2p", "bubble", "memory", "of");
+  out << line;
+  for (size_t k = 0; k < costs.size(); ++k) {
+    const pl::Cost& c = costs[k];
+    std::snprintf(line, sizeof line, "%-4zu %-34s %5lld %10s %10s %10s %10s %10s %10s %6.1f%% %10s %10s%s\n", k + 1,
+                  c.strategy.label().c_str(), static_cast<long long>(c.micro_batches), seconds(c.total).c_str(),
+                  seconds(c.pipeline).c_str(), seconds(c.data).c_str(), seconds(c.compute).c_str(),
+                  seconds(c.tensor).c_str(), seconds(c.p2p).c_str(), 100 * c.bubble, gib(c.memory.total()).c_str(),
+                  gib(c.memory_limit).c_str(), c.fits ? "" : "  does not fit");
+    out << line;
+  }
+  out << "step: predicted seconds per step; compute, tensor (all-reduces), p2p (sends): the slowest stage's, per "
+         "micro-batch; memory: the rank closest to its device's limit\n";
+}
+
+int run(const Options& o) {
+  const pl::Cluster cluster = pl::read_cluster(o.cluster);
+  const pl::ModelSpec model = pl::read_model(o.model, o.seq_len, o.shape);
+  const pl::Workload work{o.batch, o.seq_len};
+  std::vector<pl::Cost> costs;
+  for (auto& c : pl::search(cluster, model, work, search_options(o)))
+    if (wanted(c.strategy, o.grids)) costs.push_back(std::move(c));
+  const size_t found = costs.size();
+  if (o.top > 0 && costs.size() > static_cast<size_t>(o.top)) costs.resize(static_cast<size_t>(o.top));
+  std::cout << cluster.name << " (" << cluster.devices() << " devices), " << model.name << ", batch " << o.batch
+            << " x " << o.seq_len << " tokens: " << found << " strategies"
+            << (o.keep_infeasible ? "" : " that fit") << ", the best " << costs.size() << ":\n";
+  print_table(costs, std::cout);
+  if (!o.json_out.empty()) {
+    nlohmann::json j = {{"cluster", pl::to_json(cluster)},
+                        {"model", o.model},
+                        {"batch", o.batch},
+                        {"seq_len", o.seq_len},
+                        {"strategies", nlohmann::json::array()}};
+    for (const auto& c : costs) j["strategies"].push_back(pl::to_json(c));
+    std::ofstream f(o.json_out);
+    if (!(f << j.dump(1) << "\n")) throw kit::Error("cannot write " + o.json_out);
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"The AMP-style planner (Problem 8): predicted step time of every (data, pipeline, tensor) strategy "
+               "of a cluster, the best first, with the terms of each cost."};
+  Options o;
+  app.add_option("--cluster", o.cluster, "Cluster JSON (planner/cluster.h; examples in starter/planner/clusters/)")
+      ->required();
+  app.add_option("--model", o.model, "A GPT-2 preset (kit/config.h) or a JSON file of layers (planner/model_spec.h)")
+      ->capture_default_str();
+  app.add_option("--batch", o.batch, "Global batch (sequences per step)")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--seq-len", o.seq_len, "Tokens per sequence")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--vocab-size", o.shape.vocab_size, "A preset's vocabulary (0: the kit's tokenizer default, 1000)")
+      ->capture_default_str();
+  app.add_option("--n-layer", o.shape.n_layer, "Replace the preset's blocks (0: keep)")->capture_default_str();
+  app.add_option("--n-embd", o.shape.n_embd, "Replace the preset's width (0: keep)")->capture_default_str();
+  app.add_option("--n-head", o.shape.n_head, "Replace the preset's heads (0: keep)")->capture_default_str();
+  app.add_option("--schedules", o.schedules, "Pipeline schedules to consider: gpipe, 1f1b, interleaved (comma list)")
+      ->capture_default_str();
+  app.add_option("--chunks", o.chunks, "Model chunks per rank v of the interleaved schedule")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--zero", o.zero, "ZeRO stages to consider (comma list of 0, 1, 2)")->capture_default_str();
+  app.add_option("--micro-batch-sizes", o.micro_batch_sizes,
+                 "Micro-batch sizes (sequences) to consider, comma list (default: every divisor)");
+  app.add_option("--micro-batches", o.micro_batches,
+                 "Only strategies with this many micro-batches m per replica (as run_3d --chunks; 0: any)")
+      ->capture_default_str();
+  app.add_option("--grids", o.grids, "Only these d,p,t (space-separated, e.g. \"4,1,1 2,2,1\")");
+  app.add_flag("--even", o.even, "Split the layers as the kit's pipelines do instead of by the partition DP");
+  app.add_flag("--keep-infeasible", o.keep_infeasible, "List the strategies that do not fit in memory too");
+  app.add_option("--top", o.top, "How many to print (0: all)")->capture_default_str();
+  app.add_option("--json", o.json_out, "Also write them (and the cluster) to this JSON file");
+  try {
+    app.parse(argc, argv);
+    return run(o);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const kit::Error& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return 1;
+  } catch (const kit::NotImplemented& e) {
+    std::cerr << "error: " << e.what() << " (fill it in, then rebuild)\n";
+    return 1;
+  }
+}

@@ -1,0 +1,133 @@
+// Problem 8.1: each term of a strategy's cost against values computed by hand.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "kit/errors.h"
+#include "planner/cost.h"
+
+namespace {
+namespace pl = kit::planner;
+
+const pl::Link kLink{1e9, 1e-5};  // 1 GB/s, 10 us
+
+// Two layers with round numbers: forward FLOPs 1e9 and 3e9 per token, parameters 100 and 300
+// bytes, kept activations 10 and 30 bytes per token, outputs 400 bytes per token.
+pl::ModelSpec two_layers() {
+  pl::ModelSpec m;
+  m.name = "two";
+  m.layers = {{"a", 1e9, 100, 10, 400, 4}, {"b", 3e9, 300, 30, 400, 1}};
+  return m;
+}
+
+// Two nodes of four devices; the intra-node link 10x the inter-node one.
+pl::Cluster two_nodes() {
+  return pl::cluster_from_json(nlohmann::json::parse(R"({"name": "2x4",
+      "device_types": {"X": {"flops": 1e12, "memory_bytes": 1e9}},
+      "nodes": [{"device_type": "X", "devices": 4}, {"device_type": "X", "devices": 4}],
+      "intra_node": {"bandwidth": 1e10, "latency": 1e-6},
+      "inter_node": {"bandwidth": 1e9, "latency": 1e-5}})"));
+}
+
+}  // namespace
+
+TEST(PlannerCost, RingAllReduceIsTwoNMinusOneStepsOfAnNthOfTheBuffer) {
+  // n = 4: 6 messages, each rank sends 2 * 3/4 of 1 MB.
+  EXPECT_NEAR(pl::ring_all_reduce_seconds(1e6, 4, kLink), 6 * 1e-5 + 1.5e6 / 1e9, 1e-15);
+  EXPECT_NEAR(pl::ring_all_reduce_seconds(1e6, 2, kLink), 2 * 1e-5 + 1e6 / 1e9, 1e-15);
+  EXPECT_EQ(pl::ring_all_reduce_seconds(1e6, 1, kLink), 0.0);
+}
+
+TEST(PlannerCost, PointToPointIsLatencyPlusBytesOverBandwidth) {
+  EXPECT_NEAR(pl::p2p_seconds(1e6, kLink), 1e-5 + 1e-3, 1e-15);
+  EXPECT_NEAR(pl::p2p_seconds(0, kLink), 1e-5, 1e-15);
+}
+
+TEST(PlannerCost, ComputeIsThreeForwardsSplitByTensorParallelism) {
+  const pl::ModelSpec m = two_layers();
+  const pl::DeviceType dev{1e12, 1e9};
+  EXPECT_NEAR(pl::compute_seconds(m, 0, 2, 100, 1, dev), 3 * 4e9 * 100 / 1e12, 1e-12);  // 1.2 s
+  EXPECT_NEAR(pl::compute_seconds(m, 0, 2, 100, 2, dev), 0.6, 1e-12);
+  EXPECT_NEAR(pl::compute_seconds(m, 1, 2, 100, 2, dev), 3 * 3e9 * 100 / 2 / 1e12, 1e-12);  // layer b only
+}
+
+TEST(PlannerCost, TensorParallelAllReducesEachLayersOutputOnItsLink) {
+  const pl::ModelSpec m = two_layers();
+  // 100 tokens x 400 bytes = 40 kB per all-reduce; t = 2: 2 messages, each rank sends 40 kB.
+  const double one = 2 * 1e-5 + 40e3 / 1e9;
+  EXPECT_NEAR(pl::tensor_parallel_seconds(m, 0, 2, 100, 2, kLink), 5 * one, 1e-15);  // 4 + 1 all-reduces
+  EXPECT_NEAR(pl::tensor_parallel_seconds(m, 1, 2, 100, 2, kLink), one, 1e-15);
+  EXPECT_EQ(pl::tensor_parallel_seconds(m, 0, 2, 100, 1, kLink), 0.0);  // no tensor parallelism
+}
+
+TEST(PlannerCost, BubbleOfEachSchedule) {
+  // p = 4, m = 8 (../../shared/SPEC.md): 3 idle slots in 11, for GPipe and 1F1B alike.
+  EXPECT_NEAR(pl::bubble_fraction(4, 8, pl::Schedule::gpipe), 3.0 / 11, 1e-15);
+  EXPECT_NEAR(pl::bubble_fraction(4, 8, pl::Schedule::one_f_one_b), 3.0 / 11, 1e-15);
+  EXPECT_NEAR(pl::bubble_fraction(4, 8, pl::Schedule::interleaved, 2), 3.0 / 19, 1e-15);
+  EXPECT_NEAR(pl::bubble_fraction(2, 1, pl::Schedule::one_f_one_b), 0.5, 1e-15);
+  EXPECT_EQ(pl::bubble_fraction(1, 8, pl::Schedule::one_f_one_b), 0.0);
+  EXPECT_THROW(pl::bubble_fraction(0, 8, pl::Schedule::gpipe), kit::Error);
+}
+
+TEST(PlannerCost, PipelineIsAmpsFormula) {
+  // SPEC's check: p = 4, m = 8, F = 1, B = 2 -> 33 for GPipe and 1F1B, 28.5 interleaved v = 2.
+  const std::vector<double> even(4, 3.0);
+  EXPECT_NEAR(pl::pipeline_seconds(even, 8, pl::Schedule::gpipe), 33, 1e-12);
+  EXPECT_NEAR(pl::pipeline_seconds(even, 8, pl::Schedule::one_f_one_b), 33, 1e-12);
+  EXPECT_NEAR(pl::pipeline_seconds(even, 8, pl::Schedule::interleaved, 2), 28.5, 1e-12);
+  // Uneven stages: the slowest sets the pace, the others count once (fill and drain).
+  EXPECT_NEAR(pl::pipeline_seconds({1, 2, 1.5}, 4, pl::Schedule::one_f_one_b), 3 * 2 + 4.5, 1e-12);
+  EXPECT_NEAR(pl::pipeline_seconds({1, 2, 1.5}, 4, pl::Schedule::interleaved, 2), 4 * 2 + 2.5 / 2, 1e-12);
+  EXPECT_NEAR(pl::pipeline_seconds({0.25}, 4, pl::Schedule::one_f_one_b), 1.0, 1e-12);  // one stage: m x T
+}
+
+TEST(PlannerCost, DataParallelUsesTheLinkItsGroupSpans) {
+  const pl::Cluster c = two_nodes();
+  // Inside node 0: the fast link (3 x 1 us + 1.5 MB / 10 GB/s each way... 6 messages).
+  EXPECT_NEAR(pl::data_parallel_seconds(1e6, {0, 1, 2, 3}, c), 6 * 1e-6 + 1.5e6 / 1e10, 1e-15);
+  EXPECT_NEAR(pl::data_parallel_seconds(1e6, {4, 5}, c), 2 * 1e-6 + 1e6 / 1e10, 1e-15);  // inside node 1
+  // Across the nodes: the slow link, though 3 of the 4 hops are inside a node.
+  EXPECT_NEAR(pl::data_parallel_seconds(1e6, {2, 3, 4, 5}, c), 6 * 1e-5 + 1.5e6 / 1e9, 1e-15);
+  EXPECT_EQ(pl::data_parallel_seconds(1e6, {6}, c), 0.0);
+}
+
+TEST(PlannerCost, MicroBatchesInFlightOfEachSchedule) {
+  for (int64_t s = 0; s < 4; ++s) EXPECT_EQ(pl::in_flight_micro_batches(s, 4, 8, pl::Schedule::gpipe), 8);
+  const std::vector<int64_t> one_f_one_b{4, 3, 2, 1};  // SPEC: peak in-flight p - r
+  for (int64_t s = 0; s < 4; ++s)
+    EXPECT_EQ(pl::in_flight_micro_batches(s, 4, 8, pl::Schedule::one_f_one_b), one_f_one_b[static_cast<size_t>(s)]);
+  EXPECT_EQ(pl::in_flight_micro_batches(0, 4, 2, pl::Schedule::one_f_one_b), 2);  // fewer micro-batches than stages
+  // Interleaved, p = 4, v = 2: rank 0 warms up 2 * 3 + 4 = 10 chunks, holds 11, half its layers
+  // each: 5.5 micro-batches, rounded up. Rank 3: 4 + 1 = 5 chunks: 3.
+  EXPECT_EQ(pl::in_flight_micro_batches(0, 4, 8, pl::Schedule::interleaved, 2), 6);
+  EXPECT_EQ(pl::in_flight_micro_batches(3, 4, 8, pl::Schedule::interleaved, 2), 3);
+  EXPECT_THROW(pl::in_flight_micro_batches(4, 4, 8, pl::Schedule::gpipe), kit::Error);
+}
+
+TEST(PlannerCost, MemoryPerRankWithAndWithoutZeroAndActivationsInFlight) {
+  const pl::ModelSpec m = two_layers();
+  pl::Strategy s;
+  s.dp = 2, s.pp = 2, s.tp = 2, s.schedule = pl::Schedule::one_f_one_b;
+  // Stage 0 holds both layers here; 400 parameter bytes / t = 200 per rank.
+  pl::Memory mem = pl::memory_per_rank(m, 0, 2, 8, s, 0, 4);
+  EXPECT_DOUBLE_EQ(mem.parameters, 200);
+  EXPECT_DOUBLE_EQ(mem.gradients, 200);
+  EXPECT_DOUBLE_EQ(mem.optimizer, 400);  // AdamW's two moments
+  // 40 bytes per token x 8 tokens / t = 160 per micro-batch; stage 0 of 2 holds 2 of them.
+  EXPECT_DOUBLE_EQ(mem.activations, 320);
+  EXPECT_DOUBLE_EQ(mem.total(), 1120);
+  EXPECT_DOUBLE_EQ(pl::memory_per_rank(m, 0, 2, 8, s, 1, 4).activations, 160);  // the last stage: 1
+  s.schedule = pl::Schedule::gpipe;
+  EXPECT_DOUBLE_EQ(pl::memory_per_rank(m, 0, 2, 8, s, 1, 4).activations, 640);  // GPipe keeps all 4
+  s.schedule = pl::Schedule::one_f_one_b;
+  s.zero_stage = 1;  // the moments sharded over d = 2
+  mem = pl::memory_per_rank(m, 0, 2, 8, s, 0, 4);
+  EXPECT_DOUBLE_EQ(mem.optimizer, 200);
+  EXPECT_DOUBLE_EQ(mem.gradients, 200);
+  s.zero_stage = 2;  // and the gradients
+  mem = pl::memory_per_rank(m, 1, 2, 8, s, 0, 4);
+  EXPECT_DOUBLE_EQ(mem.parameters, 150);
+  EXPECT_DOUBLE_EQ(mem.gradients, 75);
+  EXPECT_DOUBLE_EQ(mem.optimizer, 150);
+}

@@ -1,0 +1,110 @@
+// Problem 8: a whole strategy's cost and the search (given code) over the terms of 8.1.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "kit/errors.h"
+#include "planner/search.h"
+
+namespace {
+namespace pl = kit::planner;
+
+pl::Cluster one_node(int64_t devices, double memory_bytes) {
+  nlohmann::json j = nlohmann::json::parse(R"({"name": "node",
+      "device_types": {"X": {"flops": 1e12, "memory_bytes": 1}},
+      "nodes": [{"device_type": "X", "devices": 2}],
+      "intra_node": {"bandwidth": 1e9, "latency": 1e-5},
+      "inter_node": {"bandwidth": 1e8, "latency": 1e-4}})");
+  j["nodes"][0]["devices"] = devices;
+  j["device_types"]["X"]["memory_bytes"] = memory_bytes;
+  return pl::cluster_from_json(j);
+}
+
+pl::ModelSpec two_layers(double scale = 1) {
+  pl::ModelSpec m;
+  m.name = "two";
+  m.layers = {{"a", 1e9, 100 * scale, 10, 400, 4}, {"b", 3e9, 300 * scale, 30, 400, 1}};
+  return m;
+}
+
+}  // namespace
+
+TEST(PlannerSearch, StrategyCostAddsTheTerms) {
+  // 2 devices, d = 2: m = 4 / (2 x 1) = 2 micro-batches of 10 tokens each.
+  pl::Strategy s;
+  s.dp = 2, s.micro_batch = 1, s.layers_per_stage = {2};
+  const pl::Cost c = pl::strategy_cost(one_node(2, 1e9), two_layers(), {4, 10}, s);
+  const double stage = 3 * 4e9 * 10 / 1e12;      // 0.12 s per micro-batch
+  const double data = 2 * 1e-5 + 400 / 1e9;      // all-reduce 400 bytes of gradients, 2 ranks
+  EXPECT_EQ(c.micro_batches, 2);
+  EXPECT_NEAR(c.pipeline, 2 * stage, 1e-12);
+  EXPECT_NEAR(c.data, data, 1e-15);
+  EXPECT_NEAR(c.total, 2 * stage + data, 1e-12);
+  EXPECT_TRUE(c.fits);
+  // p = 2, micro-batches of 2 sequences (20 tokens): stage 0 holds layer a, stage 1 layer b;
+  // stage 0 sends 400 bytes x 20 tokens forward and receives their gradient back.
+  s.dp = 1, s.pp = 2, s.micro_batch = 2, s.layers_per_stage = {1, 1};
+  const pl::Cost p = pl::strategy_cost(one_node(2, 1e9), two_layers(), {4, 10}, s);
+  const double send = 2 * (1e-5 + 400 * 20 / 1e9);
+  const double t0 = 3 * 1e9 * 20 / 1e12 + send, t1 = 3 * 3e9 * 20 / 1e12;
+  ASSERT_EQ(p.stage_seconds.size(), 2u);
+  EXPECT_NEAR(p.stage_seconds[0], t0, 1e-12);
+  EXPECT_NEAR(p.stage_seconds[1], t1, 1e-12);
+  EXPECT_NEAR(p.total, (2 - 1) * t1 + t0 + t1, 1e-12);  // m = 2: (m - 1) max + sum
+  EXPECT_NEAR(p.bubble, 1.0 / 3, 1e-12);
+}
+
+TEST(PlannerSearch, StrategiesThatDoNotFitAreLeftOut) {
+  // 4e8 parameter bytes: a whole replica needs 4 x that (parameters, gradients, two moments),
+  // more than the 1e9 a device has; t = 2 or 4 splits it enough.
+  const pl::Cluster c = one_node(4, 1e9);
+  const pl::ModelSpec m = two_layers(1e6);
+  pl::SearchOptions o;
+  o.micro_batch_sizes = {1};
+  const auto fit = pl::search(c, m, {4, 10}, o);
+  ASSERT_FALSE(fit.empty());
+  for (const auto& x : fit) {
+    EXPECT_TRUE(x.fits) << x.strategy.label();
+    EXPECT_LE(x.memory.total(), x.memory_limit) << x.strategy.label();
+    EXPECT_GE(x.strategy.tp, 2) << x.strategy.label() << " holds too much to fit";
+  }
+  o.keep_infeasible = true;
+  const auto all = pl::search(c, m, {4, 10}, o);
+  EXPECT_GT(all.size(), fit.size());
+  bool whole_replicas_marked = false;
+  for (const auto& x : all)
+    if (x.strategy.dp == 4) {
+      EXPECT_FALSE(x.fits);
+      EXPECT_GT(x.memory.total(), x.memory_limit);
+      whole_replicas_marked = true;
+    }
+  EXPECT_TRUE(whole_replicas_marked);
+  // ZeRO shards the moments and gradients: then whole replicas fit (4e8 x (1 + 0.25 + 0.5)).
+  o.keep_infeasible = false;
+  o.zero_stages = {2};
+  bool zero_fits = false;
+  for (const auto& x : pl::search(c, m, {4, 10}, o)) zero_fits |= x.strategy.dp == 4;
+  EXPECT_TRUE(zero_fits);
+}
+
+TEST(PlannerSearch, SortedAndWithinTheModelsLimits) {
+  pl::ModelSpec m = two_layers();
+  m.heads = 2;  // t must divide 2
+  const auto all = pl::search(one_node(4, 1e12), m, {8, 10}, {});
+  ASSERT_FALSE(all.empty());
+  for (size_t k = 0; k < all.size(); ++k) {
+    const pl::Strategy& s = all[k].strategy;
+    EXPECT_NE(s.tp, 4) << "4 does not divide the 2 heads";
+    EXPECT_LE(s.pp, 2) << "more stages than layers";
+    EXPECT_EQ(8 % (s.dp * s.micro_batch), 0);
+    if (k) EXPECT_LE(all[k - 1].total, all[k].total);
+  }
+}
+
+TEST(PlannerSearch, EvenPartitionSplitsBlocksAsThePipelinesDo) {
+  const pl::ModelSpec gpt = pl::read_model("cpu-small", 128);  // embedding, 4 blocks, head
+  EXPECT_EQ(pl::even_partition(gpt, 1), (std::vector<int64_t>{6}));
+  EXPECT_EQ(pl::even_partition(gpt, 3), (std::vector<int64_t>{3, 1, 2}));
+  EXPECT_EQ(pl::even_partition(gpt, 4), (std::vector<int64_t>{2, 1, 1, 2}));
+  EXPECT_THROW(pl::even_partition(gpt, 5), kit::Error);
+}
