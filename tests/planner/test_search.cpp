@@ -61,6 +61,7 @@ TEST(PlannerSearch, StrategiesThatDoNotFitAreLeftOut) {
   const pl::ModelSpec m = two_layers(1e6);
   pl::SearchOptions o;
   o.micro_batch_sizes = {1};
+  o.even = true;  // the layers split evenly: this test needs no partition_layers (Problem 8.2)
   const auto fit = pl::search(c, m, {4, 10}, o);
   ASSERT_FALSE(fit.empty());
   for (const auto& x : fit) {
@@ -90,7 +91,9 @@ TEST(PlannerSearch, StrategiesThatDoNotFitAreLeftOut) {
 TEST(PlannerSearch, SortedAndWithinTheModelsLimits) {
   pl::ModelSpec m = two_layers();
   m.heads = 2;  // t must divide 2
-  const auto all = pl::search(one_node(4, 1e12), m, {8, 10}, {});
+  pl::SearchOptions even;
+  even.even = true;  // no partition_layers (Problem 8.2) needed
+  const auto all = pl::search(one_node(4, 1e12), m, {8, 10}, even);
   ASSERT_FALSE(all.empty());
   for (size_t k = 0; k < all.size(); ++k) {
     const pl::Strategy& s = all[k].strategy;
