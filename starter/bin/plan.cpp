@@ -17,7 +17,9 @@
 #include <fstream>
 #include <iostream>
 #include <sstream>
+#include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "kit/errors.h"
@@ -31,7 +33,7 @@ struct Options {
   std::string cluster, model = "cpu-small", json_out, grids, schedules = "1f1b", zero = "0", micro_batch_sizes;
   int64_t batch = 16, seq_len = 128, top = 10, chunks = 2, micro_batches = 0;
   pl::Shape shape;
-  bool even = false, keep_infeasible = false;
+  bool even = false, keep_infeasible = false, variants = false;
 };
 
 std::vector<std::string> split(const std::string& text, char sep) {
@@ -97,12 +99,12 @@ std::string gib(double b) {
 
 void print_table(const std::vector<pl::Cost>& costs, std::ostream& out) {
   char line[512];
-  std::snprintf(line, sizeof line, "%-4s %-34s %5s %10s %10s %10s %10s %10s %10s %7s %10s %10s\n", "#", "strategy", "m",
+  std::snprintf(line, sizeof line, "%-4s %-40s %5s %10s %10s %10s %10s %10s %10s %7s %10s %10s\n", "#", "strategy", "m",
                 "step", "pipeline", "data", "compute", "tensor", "p2p", "bubble", "memory", "of");
   out << line;
   for (size_t k = 0; k < costs.size(); ++k) {
     const pl::Cost& c = costs[k];
-    std::snprintf(line, sizeof line, "%-4zu %-34s %5lld %10s %10s %10s %10s %10s %10s %6.1f%% %10s %10s%s\n", k + 1,
+    std::snprintf(line, sizeof line, "%-4zu %-40s %5lld %10s %10s %10s %10s %10s %10s %6.1f%% %10s %10s%s\n", k + 1,
                   c.strategy.label().c_str(), static_cast<long long>(c.micro_batches), seconds(c.total).c_str(),
                   seconds(c.pipeline).c_str(), seconds(c.data).c_str(), seconds(c.compute).c_str(),
                   seconds(c.tensor).c_str(), seconds(c.p2p).c_str(), 100 * c.bubble, gib(c.memory.total()).c_str(),
@@ -118,12 +120,16 @@ int run(const Options& o) {
   const pl::ModelSpec model = pl::read_model(o.model, o.seq_len, o.shape);
   const pl::Workload work{o.batch, o.seq_len};
   std::vector<pl::Cost> costs;
+  // By default the best of each (d, p, t): its micro-batch size, schedule and ZeRO variants
+  // often cost the same and would fill the table.
+  std::set<std::tuple<int64_t, int64_t, int64_t>> seen;
   for (auto& c : pl::search(cluster, model, work, search_options(o)))
-    if (wanted(c.strategy, o.grids)) costs.push_back(std::move(c));
+    if (wanted(c.strategy, o.grids) && (o.variants || seen.insert({c.strategy.dp, c.strategy.pp, c.strategy.tp}).second))
+      costs.push_back(std::move(c));
   const size_t found = costs.size();
   if (o.top > 0 && costs.size() > static_cast<size_t>(o.top)) costs.resize(static_cast<size_t>(o.top));
   std::cout << cluster.name << " (" << cluster.devices() << " devices), " << model.name << ", batch " << o.batch
-            << " x " << o.seq_len << " tokens: " << found << " strategies"
+            << " x " << o.seq_len << " tokens: " << found << (o.variants ? " strategies" : " grids (d, p, t)")
             << (o.keep_infeasible ? "" : " that fit") << ", the best " << costs.size() << ":\n";
   print_table(costs, std::cout);
   if (!o.json_out.empty()) {
@@ -169,6 +175,8 @@ int main(int argc, char** argv) {
   app.add_option("--grids", o.grids, "Only these d,p,t (space-separated, e.g. \"4,1,1 2,2,1\")");
   app.add_flag("--even", o.even, "Split the layers as the kit's pipelines do instead of by the partition DP");
   app.add_flag("--keep-infeasible", o.keep_infeasible, "List the strategies that do not fit in memory too");
+  app.add_flag("--variants", o.variants,
+               "List every micro-batch size, schedule and ZeRO stage of a (d, p, t), not only its best");
   app.add_option("--top", o.top, "How many to print (0: all)")->capture_default_str();
   app.add_option("--json", o.json_out, "Also write them (and the cluster) to this JSON file");
   try {

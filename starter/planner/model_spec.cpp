@@ -39,8 +39,9 @@ ModelSpec gpt2_model(const GPT2Config& c, int64_t s) {
                         (17 * h + 2 * a * seq) * kFloat, h * kFloat, 4});
   }
   // Final layer norm and the output projection (2hV per token); the logits and their gradient
-  // are kept. Its all-reduce: the backward of f before the column-parallel head.
-  m.layers.push_back({"head", 2 * h * v, (v * h + 2 * h) * kFloat, (2 * v + 2 * h) * kFloat, 0, 1});
+  // are kept. Its all-reduce: the backward of f before the column-parallel head, on the h-wide
+  // gradient of its input (the logits themselves stay split: vocab-parallel cross-entropy).
+  m.layers.push_back({"head", 2 * h * v, (v * h + 2 * h) * kFloat, (2 * v + 2 * h) * kFloat, h * kFloat, 1});
   return m;
 }
 

@@ -13,6 +13,7 @@
 //   activation_bytes_per_token  what autograd keeps for the backward, per token
 //   output_bytes_per_token      what it hands the next layer: a pipeline stage sends that
 //                               (and receives its gradient), a tensor-parallel all-reduce sums it
+//                               (GPT-2's head: the h-wide gradient of its input)
 //   tp_all_reduces              all-reduces of its output per micro-batch, forward and backward
 //                               together, under tensor parallelism (a Megatron block: 4)
 // "heads": tensor parallelism splits heads, so t must divide it (0 or absent: any t).
