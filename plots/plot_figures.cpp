@@ -1,7 +1,7 @@
 // plot_figures: the benchmark figures of Problems 1.3 and 2.3, the loss curves, the
 // clock-cycle schedule picture, and a summary table and JSON, from the runs' metrics; one
 // later problem's figures from its benchmark's directory (--pipeline-runs, --tp-runs,
-// --zero-runs, --grid-runs, --terapipe-runs); and the handout's pictures (subcommands
+// --zero-runs, --grid-runs, --terapipe-runs, --planner-runs); and the handout's pictures (subcommands
 // `schedule` and `grid`).
 //   ./build/plot_figures                                   # the programs' default --out paths
 //   ./build/plot_figures --dp-single runs/dp_w1 --dp-multi runs/dp_w2 --model-parallel runs/mp.json
@@ -13,6 +13,7 @@
 //   ./build/plot_figures --zero-runs runs/zero --out submit_figures                      # Problem 5 only
 //   ./build/plot_figures --grid-runs runs/grid --out submit_figures                      # Problem 6's sweep only
 //   ./build/plot_figures --terapipe-runs runs/terapipe --out submit_figures              # Problem 7 only
+//   ./build/plot_figures --planner-runs runs/planner --out submit_figures                # Problem 8 only
 #include <CLI/CLI.hpp>
 #include <iostream>
 
@@ -22,6 +23,7 @@
 #include "kit/errors.h"
 #include "make_figures.h"
 #include "pipeline_figures.h"
+#include "planner_figures.h"
 #include "terapipe_figures.h"
 #include "tp_figures.h"
 #include "zero_figures.h"
@@ -103,6 +105,11 @@ int main(int argc, char** argv) {
                  "Draw only the TeraPipe figures (terapipe_slicing.png: measured and predicted time per slicing; "
                  "terapipe_timeline.png: GPipe's and the DP slicing's timelines at the largest L) from DIR/summary.json "
                  "of bench/terapipe.py and the rank files it names");
+  std::string planner_runs;
+  app.add_option("--planner-runs", planner_runs,
+                 "Draw only the planner figures (planner_accuracy.png: predicted against measured step time per "
+                 "grid; planner_clusters.png: the best strategies of each example cluster) from DIR/summary.json of "
+                 "bench/planner.py");
   app.add_option("--gnuplot", o.png.gnuplot, "The gnuplot program to run")->capture_default_str();
 
   std::string schedule_size = "4x3", schedule_out;
@@ -152,6 +159,11 @@ int main(int argc, char** argv) {
     }
     if (!terapipe_runs.empty()) {
       for (const auto& f : kit::plots::draw_terapipe_figures(terapipe_runs, o.out_dir, o.png))
+        std::cout << "wrote " << f << "\n";
+      return 0;
+    }
+    if (!planner_runs.empty()) {
+      for (const auto& f : kit::plots::draw_planner_figures(planner_runs, o.out_dir, o.png))
         std::cout << "wrote " << f << "\n";
       return 0;
     }
