@@ -314,12 +314,12 @@ def markdown(s):
            f"{g['batch_size']} x {g['seq_len']} tokens, {g['schedule']} with {g['chunks']} micro-batches per replica, "
            f"{g['threads']} thread(s) per process); `{st['command']}`", "",
            f"machine: {m['note']}", "",
-           "| W | devices | FLOP/s per device | memory per device | link bandwidth | link latency | link fit rms / max |",
-           "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+           "| W (devices) | FLOP/s per device | memory per device | link bandwidth | link latency | link fit rms / max |",
+           "| ---: | ---: | ---: | ---: | ---: | ---: |"]
     for d in s["descriptions"]:
         fit = d["link_fit"]
         err = "(not used)" if fit is None else f"{100 * fit['rms_relative']:.0f} % / {100 * fit['max_relative']:.0f} %"
-        out.append(f"| {d['devices']} | {d['devices']} | {d['flops'] / 1e9:.1f} G ({100 * d['core_share']:.0f} % of "
+        out.append(f"| {d['devices']} | {d['flops'] / 1e9:.1f} G ({100 * d['core_share']:.0f} % of "
                    f"the GEMM rate) | {d['memory_bytes'] / 2**30:.1f} GiB | {d['link']['bandwidth'] / 1e9:.2f} GB/s | "
                    f"{1e6 * d['link']['latency']:.1f} us | {err} |")
     out += ["", "| grid | measured | predicted | error | measured rank | predicted rank | compute | tensor | p2p "
