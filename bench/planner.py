@@ -11,10 +11,13 @@ with its measured step time) and
 
   1. describes THIS machine the way the planner reads a cluster (planner/cluster.h), from
      measurements the kit already makes:
-       - the device's FLOP/s: build/bench --gemm (the GEMM rate of one process with the
-         sweep's --threads, a 512 x 512 matmul). The sweep's W processes share the
-         os.cpu_count() cores, so each device gets gemm x min(1, cores / (W x threads)): on
-         2 cores, 4 one-thread ranks get half the rate each;
+       - the device's FLOP/s: build/bench --gemm (the GEMM rate of a 512 x 512 matmul with
+         the sweep's --threads), once alone and once as many copies at once as there are
+         cores: a process computes at the second rate while the others compute too. When
+         the sweep's W processes need more cores than os.cpu_count() (4 one-thread ranks on
+         2 cores), the node also gets shared_flops = the copies' sum: one process may run at
+         the full rate while its neighbours wait, but the node never does more than all its
+         cores (planner/cluster.h);
        - its memory: the physical RAM / W;
        - the link: build/run_collectives at W ranks (Gloo's built-in all-reduce, --min-bytes
          to --max-bytes, --iters timed after --warmup), fitted to AMP's ring model
@@ -43,14 +46,16 @@ against measured, one point per grid, the y = x line) and planner_clusters.png (
 strategies of each example cluster). summary.json:
   settings      grid (the sweep's directory), grid_settings (its settings), collective sizes,
                 iters, warmup, command
-  machine       cores, memory_bytes, gemm_gflops (one process, --threads), threads, note
-  descriptions  one per world size W: file, devices, flops (gemm x min(1, cores / (W x
-                threads))), memory_bytes, link {bandwidth, latency}, link_fit {sizes, rms_relative,
+  machine       cores, memory_bytes, gemm_gflops (one process alone, --threads),
+                gemm_gflops_together (each of one copy per core run at once), threads, note
+  descriptions  one per world size W: file, devices, flops (the GEMM rate with every core busy;
+                W = 1: alone), shared_flops (null unless the W processes oversubscribe the cores),
+                memory_bytes, link {bandwidth, latency}, link_fit {sizes, rms_relative,
                 max_relative, file} (null for W = 1)
   records       one per record of the sweep, in its order: preset, dp, pp, tp, label, reference,
                 measured_s (the sweep's step_time_s), predicted_s (plan's total_s), relative_error,
                 measured_rank, predicted_rank (1: fastest), fits, terms {compute_s, tensor_s, p2p_s,
-                pipeline_s, data_s, bubble} (plan's: the slowest stage's per micro-batch, then
+                pipeline_s, shared_s (the shared-node bound), data_s, bubble} (plan's: the slowest stage's per micro-batch, then
                 the step's), measured_comm_s (the sweep's comm_s_per_step), micro_batches,
                 layers_per_stage, prediction (the file)
   accuracy      spearman, measured_best, measured_best_predicted_rank, measured_best_in_top3,
@@ -70,6 +75,7 @@ import glob
 import json
 import os
 import re
+import subprocess
 import sys
 
 from bench_process import command_line, draw_figures, last_json_line, run, write_summary
@@ -142,6 +148,25 @@ def measure_gemm(args, threads):
     return last_json_line(out, "bench --gemm")["gemm_gflops"]
 
 
+def measure_gemm_together(args, threads, processes):
+    """The GEMM rate of each of `processes` copies of bench --gemm run at once (every core busy):
+    what one process gets while the others compute, and their sum, what the cores give in all."""
+    cmd = [os.path.join(args.build, "bench"), "--gemm", "--threads", str(threads)]
+    print(f"$ {processes} x " + " ".join(cmd), flush=True)
+    try:
+        procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                 for _ in range(processes)]
+    except FileNotFoundError as e:
+        sys.exit(f"error: cannot run {cmd[0]} ({e}): build it first (cmake --build build --target {TARGETS})")
+    rates = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=args.timeout)
+        if proc.returncode != 0:
+            sys.exit(f"error: {' '.join(cmd)} exited with {proc.returncode}:\n{err[-2000:]}")
+        rates.append(last_json_line(out, "bench --gemm")["gemm_gflops"])
+    return rates
+
+
 def fit_link(samples, n):
     """latency, bandwidth of time = 2(n-1) latency + 2(n-1)/n bytes / bandwidth: least squares of
     the relative error (each residual divided by its measured time, so 4 KiB counts as much as
@@ -178,20 +203,25 @@ def measure_link(args, world, threads):
     return {"bandwidth": bandwidth, "latency": latency}, dict(err, sizes=len(samples), file=path)
 
 
-def describe(args, world, gemm_gflops, threads, memory, link, link_fit):
-    """The cluster JSON (planner/cluster.h) of one node of `world` devices of this machine."""
+def describe(args, world, gemm, together, threads, memory, link, link_fit):
+    """The cluster JSON (planner/cluster.h) of one node of `world` devices of this machine: one
+    process alone runs at `gemm`; with others on the other cores at `together` (their mean), and
+    when the W processes need more cores than there are, the node gives at most what all cores
+    give together (shared_flops: a waiting process hands its core to the busy ones)."""
     cores = os.cpu_count() or 1
-    share = min(1.0, cores / (world * threads))
-    flops = gemm_gflops * 1e9 * share
+    oversubscribed = world * threads > cores
+    flops = (gemm if world == 1 else sum(together) / len(together)) * 1e9
+    node = {"device_type": "cpu", "devices": world}
+    if oversubscribed:
+        node["shared_flops"] = sum(together) * 1e9
     cluster = {"name": f"this machine: {world} process(es) x {threads} thread(s) on {cores} cores",
                "device_types": {"cpu": {"flops": flops, "memory_bytes": memory / world}},
-               "nodes": [{"device_type": "cpu", "devices": world}],
-               "intra_node": link, "inter_node": link}
+               "nodes": [node], "intra_node": link, "inter_node": link}
     path = os.path.join(args.out, f"this_machine_w{world}.json")
     with open(path, "w") as f:
         json.dump(cluster, f, indent=1)
-    return {"file": path, "devices": world, "flops": flops, "core_share": share, "memory_bytes": memory / world,
-            "link": link, "link_fit": link_fit}
+    return {"file": path, "devices": world, "flops": flops, "shared_flops": node.get("shared_flops"),
+            "memory_bytes": memory / world, "link": link, "link_fit": link_fit}
 
 
 # ---- predictions ------------------------------------------------------------------------------
@@ -216,7 +246,7 @@ def predict(args, record, settings, description):
             "measured_s": record["step_time_s"], "predicted_s": c["total_s"],
             "relative_error": abs(c["total_s"] - record["step_time_s"]) / record["step_time_s"],
             "fits": c["fits"], "micro_batches": c["micro_batches"], "layers_per_stage": c["layers_per_stage"],
-            "terms": {k: c[k] for k in ("compute_s", "tensor_s", "p2p_s", "pipeline_s", "data_s", "bubble")},
+            "terms": {k: c[k] for k in ("compute_s", "tensor_s", "p2p_s", "pipeline_s", "shared_s", "data_s", "bubble")},
             "measured_comm_s": record.get("comm_s_per_step"), "prediction": path}
 
 
@@ -314,13 +344,15 @@ def markdown(s):
            f"{g['batch_size']} x {g['seq_len']} tokens, {g['schedule']} with {g['chunks']} micro-batches per replica, "
            f"{g['threads']} thread(s) per process); `{st['command']}`", "",
            f"machine: {m['note']}", "",
-           "| W (devices) | FLOP/s per device | memory per device | link bandwidth | link latency | link fit rms / max |",
-           "| ---: | ---: | ---: | ---: | ---: | ---: |"]
+           "| W (devices) | FLOP/s per device | shared by the node | memory per device | link bandwidth | link latency "
+           "| link fit rms / max |",
+           "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for d in s["descriptions"]:
         fit = d["link_fit"]
         err = "(not used)" if fit is None else f"{100 * fit['rms_relative']:.0f} % / {100 * fit['max_relative']:.0f} %"
-        out.append(f"| {d['devices']} | {d['flops'] / 1e9:.1f} G ({100 * d['core_share']:.0f} % of "
-                   f"the GEMM rate) | {d['memory_bytes'] / 2**30:.1f} GiB | {d['link']['bandwidth'] / 1e9:.2f} GB/s | "
+        shared = "-" if not d["shared_flops"] else f"{d['shared_flops'] / 1e9:.1f} G"
+        out.append(f"| {d['devices']} | {d['flops'] / 1e9:.1f} G | {shared} "
+                   f"| {d['memory_bytes'] / 2**30:.1f} GiB | {d['link']['bandwidth'] / 1e9:.2f} GB/s | "
                    f"{1e6 * d['link']['latency']:.1f} us | {err} |")
     out += ["", "| grid | measured | predicted | error | measured rank | predicted rank | compute | tensor | p2p "
                 "| pipeline | data | bubble |",
@@ -367,21 +399,25 @@ def main(argv=None):
     os.makedirs(args.out, exist_ok=True)
     cores, memory = os.cpu_count() or 1, physical_memory()
     gemm = measure_gemm(args, threads)
+    together = measure_gemm_together(args, threads, max(1, cores // threads))
     worlds = sorted({r["dp"] * r["pp"] * r["tp"] for r in grid["records"]})
     links = {w: measure_link(args, w, threads) for w in worlds if w > 1}
     # One device never communicates; its link is any positive one (the largest W's, if measured).
     fallback = links[max(links)] if links else ({"bandwidth": 1e9, "latency": 1e-6}, None)
-    descriptions = {w: describe(args, w, gemm, threads, memory, *(links.get(w) or (fallback[0], None)))
+    descriptions = {w: describe(args, w, gemm, together, threads, memory, *(links.get(w) or (fallback[0], None)))
                     for w in worlds}
     records = [predict(args, r, settings, descriptions[r["dp"] * r["pp"] * r["tp"]]) for r in grid["records"]]
     acc = accuracy(records)
-    note = (f"{cores} cores, {memory / 2**30:.1f} GiB; GEMM {gemm:.1f} GFLOP/s per process ({threads} thread(s)); W "
-            f"processes share the cores, so a device's FLOP/s is the GEMM rate x min(1, cores / (W x threads)); its "
-            f"memory the RAM / W; the link Gloo's all-reduce among W processes on this machine")
+    note = (f"{cores} cores, {memory / 2**30:.1f} GiB; GEMM {gemm:.1f} GFLOP/s for one process alone "
+            f"({threads} thread(s)), {sum(together) / len(together):.1f} each with {len(together)} at once "
+            f"({sum(together):.1f} in all); a device of W > 1 computes at the latter, and when the W processes "
+            f"need more cores than there are, the node gives at most the sum (shared_flops); its memory is "
+            f"the RAM / W; the link Gloo's all-reduce among W processes on this machine")
     summary = {"settings": {"grid": args.grid, "grid_settings": settings, "min_bytes": args.min_bytes,
                             "max_bytes": args.max_bytes, "iters": args.iters, "warmup": args.warmup,
                             "command": command_line(argv)},
-               "machine": {"cores": cores, "memory_bytes": memory, "gemm_gflops": gemm, "threads": threads,
+               "machine": {"cores": cores, "memory_bytes": memory, "gemm_gflops": gemm,
+                           "gemm_gflops_together": together, "threads": threads,
                            "note": note},
                "descriptions": [descriptions[w] for w in worlds],
                "records": records, "accuracy": acc, "amp_reference": AMP_REFERENCE,

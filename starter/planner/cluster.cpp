@@ -79,7 +79,8 @@ Cluster cluster_from_json(const json& j, const std::string& where) {
       throw Error(at + ".device_type " + type.dump() + " is not one of " + where + ".device_types");
     const json& n = field(nodes[k], "devices", at);
     if (!n.is_number_integer() || n.get<int64_t>() < 1) throw Error(at + ".devices must be a whole number, 1 or more");
-    c.nodes.push_back({type.get<std::string>(), n.get<int64_t>()});
+    c.nodes.push_back({type.get<std::string>(), n.get<int64_t>(),
+                       nodes[k].contains("shared_flops") ? positive(nodes[k], "shared_flops", at) : 0.0});
   }
   c.intra_node = link_from_json(j, "intra_node", where);
   c.inter_node = link_from_json(j, "inter_node", where);
@@ -91,7 +92,10 @@ Cluster read_cluster(const std::string& path) { return cluster_from_json(read_js
 json to_json(const Cluster& c) {
   json types = json::object(), nodes = json::array();
   for (const auto& [name, d] : c.device_types) types[name] = {{"flops", d.flops}, {"memory_bytes", d.memory_bytes}};
-  for (const auto& n : c.nodes) nodes.push_back({{"device_type", n.device_type}, {"devices", n.devices}});
+  for (const auto& n : c.nodes) {
+    nodes.push_back({{"device_type", n.device_type}, {"devices", n.devices}});
+    if (n.shared_flops > 0) nodes.back()["shared_flops"] = n.shared_flops;
+  }
   auto link = [](const Link& l) { return json{{"bandwidth", l.bandwidth}, {"latency", l.latency}}; };
   return {{"name", c.name}, {"device_types", types}, {"nodes", nodes}, {"intra_node", link(c.intra_node)},
           {"inter_node", link(c.inter_node)}};

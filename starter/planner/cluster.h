@@ -8,6 +8,11 @@
 //    "intra_node": {"bandwidth": 2.4e11, "latency": 5e-6},
 //    "inter_node": {"bandwidth": 2.5e10, "latency": 2e-5}}
 //
+// A node may also give "shared_flops": what all its devices compute together when they share
+// processors, as processes on a CPU with fewer cores than processes do. A device alone then
+// runs at its type's flops, but the node never exceeds shared_flops in all (a waiting process
+// gives its core to the others). Absent: the devices do not share (devices x flops).
+//
 // Ranks are numbered node by node (node 0's devices first), as srun and torchrun place them,
 // so a group of consecutive ranks (Megatron's tensor groups) stays inside a node when it fits.
 // Bandwidths are bytes per second in each direction; latencies seconds per message.
@@ -34,6 +39,7 @@ struct Link {
 struct Node {
   std::string device_type;
   int64_t devices = 0;
+  double shared_flops = 0;  // > 0: the node's devices share processors worth this many FLOP/s
 };
 
 struct Cluster {

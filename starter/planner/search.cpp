@@ -54,6 +54,25 @@ std::vector<int64_t> divisors(int64_t n) {
   return d;
 }
 
+// The time the busiest node whose devices share processors needs for the step's FLOPs at its
+// shared_flops: every rank's forward and backward (3 x forward FLOPs) of its stage's layers for
+// all its tokens, split t ways. 0 when no node shares.
+double shared_node_seconds(const Cluster& cluster, const ModelSpec& model, const Strategy& s,
+                           const std::vector<int64_t>& bounds, double tokens_per_step) {
+  std::vector<double> flops(cluster.nodes.size(), 0.0);
+  for (int64_t j = 0; j < s.pp; ++j) {
+    double per_token = 0;
+    for (int64_t i = bounds[static_cast<size_t>(j)]; i < bounds[static_cast<size_t>(j + 1)]; ++i)
+      per_token += model.layers[static_cast<size_t>(i)].flops_per_token;
+    for (const int64_t r : stage_ranks(s, j))
+      flops[static_cast<size_t>(cluster.node_of(r))] += 3 * per_token * tokens_per_step / static_cast<double>(s.tp);
+  }
+  double slowest = 0;
+  for (size_t k = 0; k < cluster.nodes.size(); ++k)
+    if (cluster.nodes[k].shared_flops > 0) slowest = std::max(slowest, flops[k] / cluster.nodes[k].shared_flops);
+  return slowest;
+}
+
 }  // namespace
 
 std::vector<int64_t> even_partition(const ModelSpec& model, int64_t pp) {
@@ -129,7 +148,8 @@ Cost strategy_cost(const Cluster& cluster, const ModelSpec& model, const Workloa
     }
   }
   c.fits = room >= 0;
-  c.pipeline = pipeline_seconds(c.stage_seconds, c.micro_batches, s.schedule, s.chunks);
+  c.shared = shared_node_seconds(cluster, model, s, b, tokens * static_cast<double>(c.micro_batches));
+  c.pipeline = std::max(pipeline_seconds(c.stage_seconds, c.micro_batches, s.schedule, s.chunks), c.shared);
   c.bubble = bubble_fraction(s.pp, c.micro_batches, s.schedule, s.chunks);
   c.total = c.pipeline + c.data;
   return c;
@@ -193,6 +213,7 @@ nlohmann::json to_json(const Cost& c) {
           {"tensor_s", c.tensor},
           {"p2p_s", c.p2p},
           {"pipeline_s", c.pipeline},
+          {"shared_s", c.shared},
           {"data_s", c.data},
           {"bubble", c.bubble},
           {"total_s", c.total},

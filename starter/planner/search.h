@@ -7,7 +7,8 @@
 // between the two stages). The step: pipeline_seconds(T, m) + the slowest data group's
 // all-reduce of its stage's gradients (a rank's share: the stage's parameters / t). Memory: the
 // rank with the least room left; a strategy fits when every rank's memory_per_rank fits its
-// device.
+// device. On a node whose devices share processors (cluster.h, shared_flops) the pipeline term
+// is at least the node's FLOPs of the step / shared_flops: the work has to be done somewhere.
 //
 // search: every dp x pp x tp = the cluster's devices (t dividing the model's heads, at most one
 // stage per layer), every micro-batch size that divides the batch, every schedule and ZeRO
@@ -33,7 +34,8 @@ struct Cost {
   std::vector<double> stage_seconds;  // T_j, per micro-batch
   // The slowest stage's terms per micro-batch:
   double compute = 0, tensor = 0, p2p = 0;
-  double pipeline = 0;  // the step's pipeline term
+  double pipeline = 0;  // the step's pipeline term (the shared-node bound included)
+  double shared = 0;    // the busiest shared node's FLOPs / its shared_flops (0: none shares)
   double data = 0;      // the data-parallel all-reduce
   double bubble = 0;    // bubble_fraction of the schedule
   double total = 0;     // pipeline + data: the predicted step time

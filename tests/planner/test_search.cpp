@@ -111,3 +111,22 @@ TEST(PlannerSearch, EvenPartitionSplitsBlocksAsThePipelinesDo) {
   EXPECT_EQ(pl::even_partition(gpt, 4), (std::vector<int64_t>{2, 1, 1, 2}));
   EXPECT_THROW(pl::even_partition(gpt, 5), kit::Error);
 }
+
+TEST(PlannerSearch, SharedProcessorsBoundTheStep) {
+  // Two ranks on one node whose devices share 1e12 FLOP/s in all (two processes, one core):
+  // each alone would run at 1e12, together they cannot beat the node's total.
+  nlohmann::json j = pl::to_json(one_node(2, 1e9));
+  j["nodes"][0]["shared_flops"] = 1e12;
+  const pl::Cluster shared = pl::cluster_from_json(j);
+  pl::Strategy s;
+  s.dp = 2, s.micro_batch = 1, s.layers_per_stage = {2};
+  const pl::Cost alone = pl::strategy_cost(one_node(2, 1e9), two_layers(), {4, 10}, s);
+  const pl::Cost both = pl::strategy_cost(shared, two_layers(), {4, 10}, s);
+  const double step_flops = 3 * 4e9 * 40;  // 40 tokens in all
+  EXPECT_EQ(alone.shared, 0.0);
+  EXPECT_NEAR(both.shared, step_flops / 1e12, 1e-12);  // 0.48 s: twice one rank's 0.24 s
+  EXPECT_NEAR(both.pipeline, both.shared, 1e-12);
+  EXPECT_NEAR(both.total, both.shared + alone.data, 1e-12);
+  j["nodes"][0]["shared_flops"] = -1;
+  EXPECT_THROW(pl::cluster_from_json(j), kit::Error);
+}
