@@ -97,8 +97,8 @@ void draw_accuracy(const std::string& out, const std::vector<Point>& points, con
     if (points[i].measured_s < points[best].measured_s) best = i;
   }
   top = top > 0 ? 1.15 * top : 1.0;
-  // Labels beside their points, alternately below and above in the order of height, so two
-  // points close together push their labels apart instead of over each other.
+  // Labels beside their points, in the order of height alternately below and above, and every
+  // other pair on the left, so points close together push their labels apart.
   std::vector<size_t> by_height(points.size());
   for (size_t i = 0; i < points.size(); ++i) by_height[i] = i;
   std::sort(by_height.begin(), by_height.end(),
@@ -117,15 +117,23 @@ void draw_accuracy(const std::string& out, const std::vector<Point>& points, con
       const size_t i = by_height[k];
       const Point& p = points[i];
       const double x = 1e3 * p.measured_s, y = 1e3 * p.predicted_s;
-      gp << "set label " << k + 1 << " " << gp_quote(p.label + (p.reference ? " (one process)" : "")) << " at " << x
-         << "," << y << " left offset 1.2," << (k % 2 ? "0.7" : "-0.7") << " front\n";
+      const bool left = (k / 2) % 2 == 1;
+      gp << "set label " << k + 1 << " " << gp_quote(std::to_string(i + 1)) << " at " << x << "," << y
+         << (left ? " right offset -0.8," : " left offset 0.8,") << (k % 2 ? "0.5" : "-0.5") << " front\n";
       rows.emplace_back(x, y, i == best ? kBestRgb : p.reference ? kReferenceRgb : kGridRgb);
     }
     gp << "plot x with lines dt 2 lw 1.5 lc rgb \"#555555\" title \"y = x (predicted = measured)\", "
        << "'-' using 1:2:3 with points pt 7 ps 2 lc rgb variable notitle, "
        << "NaN with points pt 7 ps 2 lc rgb " << gp_quote(kGridColor) << " title \"a grid of W ranks\", "
        << "NaN with points pt 7 ps 2 lc rgb " << gp_quote(kReferenceColor) << " title \"one process (1,1,1)\", "
-       << "NaN with points pt 7 ps 2 lc rgb " << gp_quote(kBestColor) << " title \"the measured best\"\n";
+       << "NaN with points pt 7 ps 2 lc rgb " << gp_quote(kBestColor) << " title \"the measured best\"";
+    // The numbers beside the points, spelled out in the key (close points would hide long labels).
+    for (size_t i = 0; i < points.size(); ++i)
+      gp << ", NaN with points pt -1 title "
+         << gp_quote(std::to_string(i + 1) + ": " + points[i].label + (points[i].reference ? " (one process)" : "") +
+                     ", " + ms(points[i].measured_s) + " measured, " + ms(points[i].predicted_s) +
+                     " predicted");
+    gp << "\n";
     gp.send1d(rows);
   });
 }
