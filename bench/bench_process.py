@@ -61,3 +61,8 @@ def draw_figures(args, flag, targets):
 def rel_diff(losses, ref):
     """The largest relative difference between two runs' losses, step by step."""
     return max(abs(a - b) / abs(b) if b else abs(a - b) for a, b in zip(losses, ref))
+
+
+def checks_lines(checks):
+    """The checks as summary.md ends them: one line each, then a blank line."""
+    return [f"{c['name']}: {c['value']} (goal: {c['goal']}) **{c['status']}**" for c in checks] + [""]

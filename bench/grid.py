@@ -47,7 +47,7 @@ import json
 import os
 import sys
 
-from bench_process import command_line, draw_figures, rel_diff, run, write_summary
+from bench_process import checks_lines, command_line, draw_figures, rel_diff, run, write_summary
 
 TARGETS = "run_3d plot_figures"  # what the runs need built
 KINDS = ["data", "tensor", "pipeline", "embedding"]
@@ -191,9 +191,7 @@ def markdown(s):
                 "includes waiting for the neighbour stage, the bubble); peak tensors and params: the largest over the "
                 "ranks (MiB); loss vs 1,1,1: the largest relative difference from the one-process run over all steps.",
             ""]
-    for c in s["checks"]:
-        out.append(f"{c['name']}: {c['value']} (goal: {c['goal']}) **{c['status']}**")
-    out.append("")
+    out += checks_lines(s["checks"])
     return "\n".join(out)
 
 

@@ -78,7 +78,7 @@ import re
 import subprocess
 import sys
 
-from bench_process import command_line, draw_figures, last_json_line, run, write_summary
+from bench_process import checks_lines, command_line, draw_figures, last_json_line, run, write_summary
 
 TARGETS = "plan bench run_collectives plot_figures"  # what the script needs built
 SPEARMAN_GOAL = 0.9
@@ -383,9 +383,7 @@ def markdown(s):
             out.append(f"| {k + 1} | {x['label']} | {ms(x['total_s'])} | {ms(x['pipeline_s'])} | {ms(x['data_s'])} "
                        f"| {100 * x['bubble']:.1f} % | {x['memory_bytes']['total'] / 2**30:.2f} GiB |")
         out.append("")
-    for c in s["checks"]:
-        out.append(f"{c['name']}: {c['value']} (goal: {c['goal']}) **{c['status']}**")
-    out.append("")
+    out += checks_lines(s["checks"])
     return "\n".join(out)
 
 

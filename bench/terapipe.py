@@ -49,7 +49,7 @@ import os
 import statistics
 import sys
 
-from bench_process import command_line, draw_figures, rel_diff, last_json_line, run, write_summary
+from bench_process import checks_lines, command_line, draw_figures, last_json_line, rel_diff, run, write_summary
 
 TARGETS = "run_terapipe plot_figures"
 PREDICTION_GOAL = 0.10
@@ -236,9 +236,7 @@ def markdown(s):
     out += ["", "measured: the schedule's span on the slowest rank, median over the timed steps; spread: (max - min) / "
                 "median of those steps; predicted: m sum t + (K - 1) max t under the fitted model; step: the whole "
                 "step (AdamW and the tied-gradient exchange included).", ""]
-    for c in s["checks"]:
-        out.append(f"{c['name']}: {c['value']} (goal: {c['goal']}) **{c['status']}**")
-    out.append("")
+    out += checks_lines(s["checks"])
     return "\n".join(out)
 
 
