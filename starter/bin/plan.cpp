@@ -131,7 +131,11 @@ int run(const Options& o) {
   std::cout << cluster.name << " (" << cluster.devices() << " devices), " << model.name << ", batch " << o.batch
             << " x " << o.seq_len << " tokens: " << found << (o.variants ? " strategies" : " grids (d, p, t)")
             << (o.keep_infeasible ? "" : " that fit") << ", the best " << costs.size() << ":\n";
-  print_table(costs, std::cout);
+  if (costs.empty())
+    std::cout << "none: no strategy " << (o.grids.empty() ? "" : "of --grids ") << "fits in the devices' memory with "
+              << "these options; try ZeRO (--zero 0,1,2), smaller micro-batches, or --keep-infeasible to see why\n";
+  else
+    print_table(costs, std::cout);
   if (!o.json_out.empty()) {
     nlohmann::json j = {{"cluster", pl::to_json(cluster)},
                         {"model", o.model},
@@ -151,6 +155,9 @@ int main(int argc, char** argv) {
   CLI::App app{"The AMP-style planner (Problem 8): predicted step time of every (data, pipeline, tensor) strategy "
                "of a cluster, the best first, with the terms of each cost."};
   Options o;
+  const CLI::Validator zero_or_more(
+      [](std::string& v) { return !v.empty() && v[0] == '-' ? "must be 0 or more, not " + v : std::string(); },
+      "0 OR MORE");
   app.add_option("--cluster", o.cluster, "Cluster JSON (planner/cluster.h; examples in starter/planner/clusters/)")
       ->required();
   app.add_option("--model", o.model, "A GPT-2 preset (kit/config.h) or a JSON file of layers (planner/model_spec.h)")
@@ -158,10 +165,13 @@ int main(int argc, char** argv) {
   app.add_option("--batch", o.batch, "Global batch (sequences per step)")->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--seq-len", o.seq_len, "Tokens per sequence")->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--vocab-size", o.shape.vocab_size, "A preset's vocabulary (0: the kit's tokenizer default, 1000)")
-      ->capture_default_str();
-  app.add_option("--n-layer", o.shape.n_layer, "Replace the preset's blocks (0: keep)")->capture_default_str();
-  app.add_option("--n-embd", o.shape.n_embd, "Replace the preset's width (0: keep)")->capture_default_str();
-  app.add_option("--n-head", o.shape.n_head, "Replace the preset's heads (0: keep)")->capture_default_str();
+      ->capture_default_str()->check(zero_or_more);
+  app.add_option("--n-layer", o.shape.n_layer, "Replace the preset's blocks (0: keep)")
+      ->capture_default_str()->check(zero_or_more);
+  app.add_option("--n-embd", o.shape.n_embd, "Replace the preset's width (0: keep)")
+      ->capture_default_str()->check(zero_or_more);
+  app.add_option("--n-head", o.shape.n_head, "Replace the preset's heads (0: keep)")
+      ->capture_default_str()->check(zero_or_more);
   app.add_option("--schedules", o.schedules, "Pipeline schedules to consider: gpipe, 1f1b, interleaved (comma list)")
       ->capture_default_str();
   app.add_option("--chunks", o.chunks, "Model chunks per rank v of the interleaved schedule")
@@ -171,13 +181,13 @@ int main(int argc, char** argv) {
                  "Micro-batch sizes (sequences) to consider, comma list (default: every divisor)");
   app.add_option("--micro-batches", o.micro_batches,
                  "Only strategies with this many micro-batches m per replica (as run_3d --chunks; 0: any)")
-      ->capture_default_str();
+      ->capture_default_str()->check(zero_or_more);
   app.add_option("--grids", o.grids, "Only these d,p,t (space-separated, e.g. \"4,1,1 2,2,1\")");
   app.add_flag("--even", o.even, "Split the layers as the kit's pipelines do instead of by the partition DP");
   app.add_flag("--keep-infeasible", o.keep_infeasible, "List the strategies that do not fit in memory too");
   app.add_flag("--variants", o.variants,
                "List every micro-batch size, schedule and ZeRO stage of a (d, p, t), not only its best");
-  app.add_option("--top", o.top, "How many to print (0: all)")->capture_default_str();
+  app.add_option("--top", o.top, "How many to print (0: all)")->capture_default_str()->check(zero_or_more);
   app.add_option("--json", o.json_out, "Also write them (and the cluster) to this JSON file");
   try {
     app.parse(argc, argv);
