@@ -237,12 +237,16 @@ def graded_suites(rubric) -> list:
     return sorted({t.split(".")[0] for it in rubric["items"] for t in it.get("tests", [])})
 
 
-def build(work: Path, build_dir: Path, jobs: int, timeout: int, log, suites=()):
+OPTIMIZE = "-O3"       # Release, as students build
+FAST_OPTIMIZE = "-O1"  # --fast-compile: about a quarter less build time (the self-tests)
+
+
+def build(work: Path, build_dir: Path, jobs: int, timeout: int, log, suites=(), optimize=OPTIMIZE):
     """Configure (once per setting) and build only what grading runs: the graded suites'
     test programs and what they depend on, not the other programs, benchmarks or plots."""
     cache = build_dir / "CMakeCache.txt"
     suites = ";".join(suites)
-    wants = [f"KIT_TEST_SUITES:STRING={suites}"]
+    wants = [f"KIT_TEST_SUITES:STRING={suites}", f"CMAKE_CXX_FLAGS_RELEASE:STRING={optimize} -DNDEBUG"]
     have = set(cache.read_text(errors="replace").splitlines()) if cache.exists() else set()
     if any(w not in have for w in wants):  # whole lines: "=pipeline" is not "=pipeline_training"
         rc, out = run(["cmake", "-S", str(work), "-B", str(build_dir), "-DKIT_SOLUTION=OFF",
@@ -483,7 +487,7 @@ def store_cases(cache: Path, cases, assignment: int):
 
 
 def graded_cases(kit_copy: Path, build_dir: Path, work: Path, rubric, stubs, sandbox, jobs, scratch, log,
-                 assignment=1, student_files=None):
+                 assignment=1, student_files=None, optimize=OPTIMIZE):
     """The cases the kit has ({graded name: (suite, gtest name)}), listed from a build of the kit
     with its own starter stubs (so no submission's code runs while listing) and kept in
     cases_cache(); a submission cannot change which cases are graded. Each assignment keeps its
@@ -493,7 +497,8 @@ def graded_cases(kit_copy: Path, build_dir: Path, work: Path, rubric, stubs, san
         return json.loads(cache.read_text())
     for f in rubric["student_files"]:
         put(kit_copy / "starter" / f, stubs[f])
-    rc, out = build(kit_copy, build_dir, jobs, rubric["timeouts"]["build_seconds"], log, graded_suites(rubric))
+    rc, out = build(kit_copy, build_dir, jobs, rubric["timeouts"]["build_seconds"], log, graded_suites(rubric),
+                    optimize)
     if rc != 0:
         raise RuntimeError("the kit with its starter stubs does not build:\n" + out[-4000:])
     cases = list_cases(sandbox, suite_programs(build_dir, graded_suites(rubric)), scratch, log)
@@ -522,7 +527,8 @@ def static_item(found, rubric, number):
         ({f for f, *_ in findings} if action == "zero" else set())
 
 
-def grade(submission: Path, work: Path, jobs: int, items_filter=None, kit=KIT, test_timeout=None, assignment=1):
+def grade(submission: Path, work: Path, jobs: int, items_filter=None, kit=KIT, test_timeout=None, assignment=1,
+          optimize=OPTIMIZE):
     rubric, log, tests_out, t0 = load_rubric(kit, assignment), [], [], time.time()
     if test_timeout is None:  # 0: each suite's own TIMEOUT (tests/CMakeLists.txt)
         test_timeout = rubric["timeouts"].get("test_case_seconds", 0)
@@ -541,7 +547,7 @@ def grade(submission: Path, work: Path, jobs: int, items_filter=None, kit=KIT, t
     try:
         with tempfile.TemporaryDirectory(prefix="grade-") as scratch:
             tests_out = grade_in(submission, work, jobs, items_filter, kit, test_timeout, rubric, log,
-                                 Path(scratch), sandbox, runs, assignment)
+                                 Path(scratch), sandbox, runs, assignment, optimize)
     finally:
         sandbox.sweep()
         left = sandbox.leftovers()
@@ -562,7 +568,7 @@ def sync_kit(kit: Path, work: Path, rubric) -> Path:
 
 
 def grade_in(submission, work, jobs, items_filter, kit, test_timeout, rubric, log, scratch, sandbox, runs,
-             assignment=1):
+             assignment=1, optimize=OPTIMIZE):
     tests_out = []
     root = unpack(submission, scratch)
     found, figures, ignored = collect(root, rubric)
@@ -576,13 +582,14 @@ def grade_in(submission, work, jobs, items_filter, kit, test_timeout, rubric, lo
     kit_copy, build_dir = sync_kit(kit, work, rubric), work / "build"
     stubs = {f: (kit / "starter" / f).read_bytes() for f in rubric["student_files"]}
     cases = graded_cases(kit_copy, build_dir, work, rubric, stubs, sandbox, jobs, runs, log,
-                         assignment, all_student_files(kit))
+                         assignment, all_student_files(kit), optimize)
     for f in rubric["student_files"]:
         put(kit_copy / "starter" / f, read_nofollow(found[f]) if f in found else stubs[f])
 
     items = [it for it in rubric["items"] if not items_filter or any(k in it["name"] for k in items_filter)]
     compile_failed = {}
-    rc, out = build(kit_copy, build_dir, jobs, rubric["timeouts"]["build_seconds"], log, graded_suites(rubric))
+    rc, out = build(kit_copy, build_dir, jobs, rubric["timeouts"]["build_seconds"], log, graded_suites(rubric),
+                    optimize)
     while rc != 0:  # make stops at the first broken file: repeat until no new one shows up
         new = {f: e for f, e in compile_errors_by_file(out, rubric["student_files"]).items()
                if f not in compile_failed}
@@ -591,7 +598,8 @@ def grade_in(submission, work, jobs, items_filter, kit, test_timeout, rubric, lo
         compile_failed.update(new)
         for f in new:  # grade the rest: put the stub back for what does not compile
             put(kit_copy / "starter" / f, stubs[f])
-        rc, out = build(kit_copy, build_dir, jobs, rubric["timeouts"]["build_seconds"], log, graded_suites(rubric))
+        rc, out = build(kit_copy, build_dir, jobs, rubric["timeouts"]["build_seconds"], log, graded_suites(rubric),
+                    optimize)
     build_broken = rc != 0
     if build_broken:
         log.append("the kit did not build:\n" + out[-4000:])
@@ -678,6 +686,9 @@ def main(argv=None):
     ap.add_argument("--build-only", action="store_true",
                     help="build the assignment's test suites (e.g. at setup time), grade no item")
     ap.add_argument("--test-timeout", type=int, help="seconds per test case (default: rubric, 0 = suite TIMEOUTs)")
+    ap.add_argument("--fast-compile", action="store_true",
+                    help=f"compile with {FAST_OPTIMIZE} instead of {OPTIMIZE}: about a quarter less build time "
+                         "(the grader's self-tests use it; the graded cases check results, not speed)")
     args = ap.parse_args(argv)
     if args.assignment not in assignments():  # a usage error, before any results.json is written
         ap.error(f"there is no assignment {args.assignment}: this kit has assignments "
@@ -689,7 +700,7 @@ def main(argv=None):
     try:
         work = args.work or Path(tmp := tempfile.mkdtemp(prefix="grade-work-"))
         results = grade(args.submission, work.resolve(), args.jobs, args.items, test_timeout=args.test_timeout,
-                        assignment=args.assignment)
+                        assignment=args.assignment, optimize=FAST_OPTIMIZE if args.fast_compile else OPTIMIZE)
     except Exception as e:  # never leave the instructor without a results.json
         results = {"score": 0, "execution_time": 0, "output": f"grader error: {type(e).__name__}: {e}",
                    "tests": [{"name": "Grading", "number": "0", "score": 0, "max_score": 100, "status": "failed",

@@ -208,15 +208,19 @@ class Assignments(unittest.TestCase):
         try:
             with tempfile.TemporaryDirectory() as tmp:
                 b = Path(tmp)
-                (b / "CMakeCache.txt").write_text("KIT_TEST_SUITES:STRING=pipeline_training\n")
+                (b / "CMakeCache.txt").write_text("KIT_TEST_SUITES:STRING=pipeline_training\n"
+                                                  "CMAKE_CXX_FLAGS_RELEASE:STRING=-O3 -DNDEBUG\n")
                 grade.build(b, b, 1, 10, [], ["pipeline"])
                 grade.build(b, b, 1, 10, [], ["pipeline_training"])
+                grade.build(b, b, 1, 10, [], ["pipeline_training"], optimize=grade.FAST_OPTIMIZE)
         finally:
             grade.run = real
         configures = [c for c in calls if "-S" in c]
-        self.assertEqual(len(configures), 1)
+        self.assertEqual(len(configures), 2)  # the suffix, then the other optimization level
         self.assertIn("-DKIT_TEST_SUITES:STRING=pipeline", configures[0])
-        self.assertEqual([c[-1] for c in calls if "--build" in c], ["test_pipeline", "test_pipeline_training"])
+        self.assertIn("-DCMAKE_CXX_FLAGS_RELEASE:STRING=-O1 -DNDEBUG", configures[1])
+        self.assertEqual([c[-1] for c in calls if "--build" in c],
+                         ["test_pipeline", "test_pipeline_training", "test_pipeline_training"])
 
 
 class Run(unittest.TestCase):
