@@ -143,11 +143,6 @@ def physical_memory():
         sys.exit("error: cannot read this machine's physical memory (os.sysconf SC_PHYS_PAGES)")
 
 
-def measure_gemm(args, threads):
-    out = run([os.path.join(args.build, "bench"), "--gemm", "--threads", str(threads)], args.timeout, TARGETS)
-    return last_json_line(out, "bench --gemm")["gemm_gflops"]
-
-
 def measure_gemm_together(args, threads, processes):
     """The GEMM rate of each of `processes` copies of bench --gemm run at once (every core busy):
     what one process gets while the others compute, and their sum, what the cores give in all."""
@@ -396,7 +391,7 @@ def main(argv=None):
     threads = settings["threads"]
     os.makedirs(args.out, exist_ok=True)
     cores, memory = os.cpu_count() or 1, physical_memory()
-    gemm = measure_gemm(args, threads)
+    gemm = measure_gemm_together(args, threads, 1)[0]  # one process alone
     together = measure_gemm_together(args, threads, max(1, cores // threads))
     worlds = sorted({r["dp"] * r["pp"] * r["tp"] for r in grid["records"]})
     links = {w: measure_link(args, w, threads) for w in worlds if w > 1}

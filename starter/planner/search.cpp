@@ -167,7 +167,10 @@ std::vector<Cost> search(const Cluster& cluster, const ModelSpec& model, const W
         continue;
       const std::vector<int64_t> sizes =
           o.micro_batch_sizes.empty() ? divisors(work.global_batch / dp) : o.micro_batch_sizes;
-      for (const int64_t mb : sizes)
+      for (const int64_t mb : sizes) {
+        // The layers' split depends on (d, p, t) and the micro-batch size only: found once, for
+        // every schedule and ZeRO stage below.
+        std::vector<int64_t> layers_per_stage;
         for (const Schedule sched : o.schedules)
           for (const int zero : o.zero_stages) {
             Strategy s;
@@ -182,10 +185,13 @@ std::vector<Cost> search(const Cluster& cluster, const ModelSpec& model, const W
                        std::find(o.schedules.begin(), o.schedules.end(), Schedule::one_f_one_b) != o.schedules.end()) {
               continue;  // one stage: GPipe is 1F1B with more memory
             }
-            s.layers_per_stage = o.even ? even_partition(model, pp) : balanced_partition(cluster, model, work, s);
+            if (layers_per_stage.empty())
+              layers_per_stage = o.even ? even_partition(model, pp) : balanced_partition(cluster, model, work, s);
+            s.layers_per_stage = layers_per_stage;
             Cost c = strategy_cost(cluster, model, work, s);
             if (c.fits || o.keep_infeasible) out.push_back(std::move(c));
           }
+      }
     }
   // Fastest first; among equal times (the micro-batch size often does not change it), the one
   // that leaves the most memory free.
