@@ -36,6 +36,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from sandbox import Sandbox  # noqa: E402
+import perf_gates  # noqa: E402
 
 KIT = Path(__file__).resolve().parent.parent
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -241,12 +242,19 @@ OPTIMIZE = "-O3"       # Release, as students build
 FAST_OPTIMIZE = "-O1"  # --fast-compile: about a quarter less build time (the self-tests)
 
 
-def build(work: Path, build_dir: Path, jobs: int, timeout: int, log, suites=(), optimize=OPTIMIZE):
+def reference_stubs(work: Path) -> Path:
+    """work/reference_stubs: the grader's own copy of every starter stub, which the speed gates'
+    reference program is built from (CMake's KIT_REFERENCE_STUBS), out of a submission's reach."""
+    return work / "reference_stubs"
+
+
+def build(work: Path, build_dir: Path, jobs: int, timeout: int, log, suites=(), optimize=OPTIMIZE, targets=None):
     """Configure (once per setting) and build only what grading runs: the graded suites'
-    test programs and what they depend on, not the other programs, benchmarks or plots."""
+    test programs and what they depend on (or `targets`), not the other programs, benchmarks or plots."""
     cache = build_dir / "CMakeCache.txt"
     suites = ";".join(suites)
-    wants = [f"KIT_TEST_SUITES:STRING={suites}", f"CMAKE_CXX_FLAGS_RELEASE:STRING={optimize} -DNDEBUG"]
+    wants = [f"KIT_TEST_SUITES:STRING={suites}", f"CMAKE_CXX_FLAGS_RELEASE:STRING={optimize} -DNDEBUG",
+             f"KIT_REFERENCE_STUBS:PATH={reference_stubs(work.parent)}"]
     have = set(cache.read_text(errors="replace").splitlines()) if cache.exists() else set()
     if any(w not in have for w in wants):  # whole lines: "=pipeline" is not "=pipeline_training"
         rc, out = run(["cmake", "-S", str(work), "-B", str(build_dir), "-DKIT_SOLUTION=OFF",
@@ -254,7 +262,7 @@ def build(work: Path, build_dir: Path, jobs: int, timeout: int, log, suites=(), 
                       work, timeout, log)
         if rc != 0:
             return rc, out
-    targets = ["test_" + s for s in suites.split(";") if s] or ["all"]
+    targets = targets or ["test_" + s for s in suites.split(";") if s] or ["all"]
     return run(["cmake", "--build", str(build_dir), "-j", str(jobs), "--target"] + targets, work, timeout, log)
 
 
@@ -527,9 +535,18 @@ def static_item(found, rubric, number):
         ({f for f, *_ in findings} if action == "zero" else set())
 
 
+def enabled_items(rubric, perf_gates=False):
+    """The rubric without its disabled items ("enabled": false: the speed gates as shipped);
+    perf_gates (--perf-gates) turns every speed gate on."""
+    rubric = dict(rubric)
+    rubric["items"] = [it for it in rubric["items"]
+                       if it.get("enabled", True) or (perf_gates and "performance" in it)]
+    return rubric
+
+
 def grade(submission: Path, work: Path, jobs: int, items_filter=None, kit=KIT, test_timeout=None, assignment=1,
-          optimize=OPTIMIZE):
-    rubric, log, tests_out, t0 = load_rubric(kit, assignment), [], [], time.time()
+          optimize=OPTIMIZE, perf_gates=False, machine=None):
+    rubric, log, tests_out, t0 = enabled_items(load_rubric(kit, assignment), perf_gates), [], [], time.time()
     if test_timeout is None:  # 0: each suite's own TIMEOUT (tests/CMakeLists.txt)
         test_timeout = rubric["timeouts"].get("test_case_seconds", 0)
     sandbox = Sandbox(jobs)
@@ -547,7 +564,7 @@ def grade(submission: Path, work: Path, jobs: int, items_filter=None, kit=KIT, t
     try:
         with tempfile.TemporaryDirectory(prefix="grade-") as scratch:
             tests_out = grade_in(submission, work, jobs, items_filter, kit, test_timeout, rubric, log,
-                                 Path(scratch), sandbox, runs, assignment, optimize)
+                                 Path(scratch), sandbox, runs, assignment, optimize, machine)
     finally:
         sandbox.sweep()
         left = sandbox.leftovers()
@@ -568,7 +585,7 @@ def sync_kit(kit: Path, work: Path, rubric) -> Path:
 
 
 def grade_in(submission, work, jobs, items_filter, kit, test_timeout, rubric, log, scratch, sandbox, runs,
-             assignment=1, optimize=OPTIMIZE):
+             assignment=1, optimize=OPTIMIZE, machine=None):
     tests_out = []
     root = unpack(submission, scratch)
     found, figures, ignored = collect(root, rubric)
@@ -580,6 +597,9 @@ def grade_in(submission, work, jobs, items_filter, kit, test_timeout, rubric, lo
         log.append("not submitted, starter stubs used: " + ", ".join(missing))
 
     kit_copy, build_dir = sync_kit(kit, work, rubric), work / "build"
+    for f in all_student_files(kit):
+        (reference_stubs(work) / f).parent.mkdir(parents=True, exist_ok=True)
+        put(reference_stubs(work) / f, (kit / "starter" / f).read_bytes())
     stubs = {f: (kit / "starter" / f).read_bytes() for f in rubric["student_files"]}
     cases = graded_cases(kit_copy, build_dir, work, rubric, stubs, sandbox, jobs, runs, log,
                          assignment, all_student_files(kit), optimize)
@@ -611,6 +631,13 @@ def grade_in(submission, work, jobs, items_filter, kit, test_timeout, rubric, lo
         sandbox, suite_programs(build_dir, graded_suites(rubric)), wanted, jobs,
         rubric["timeouts"]["tests_seconds"], test_timeout, rubric.get("may_skip", []), runs, log)
 
+    gates = [it for it in items if "performance" in it]
+    gates_built = None
+    if gates and not build_broken:  # after the cases, so that nothing else runs while they time
+        rc, out = build(kit_copy, build_dir, jobs, rubric["timeouts"]["build_seconds"], log, graded_suites(rubric),
+                        optimize, targets=["perf_worker", "perf_worker_reference"])
+        gates_built = (rc == 0, out)
+
     restricted = "restrictions" in rubric  # Assignment 1's Problem 1 only
     static, zeroed = static_item(found, rubric, len(items) + 1 + restricted)
     for number, it in enumerate(items, 1):
@@ -636,6 +663,8 @@ def grade_in(submission, work, jobs, items_filter, kit, test_timeout, rubric, lo
             entry["score"] = 0
             entry["output"] = ("0 points: the static checks flagged " + ", ".join(flagged) +
                                " (see the static checks item)")
+        elif "performance" in it:
+            entry["score"], entry["output"] = speed_gate(it, gates_built, build_dir, runs, machine, log)
         else:
             # given_tests check given code (input validation outside the student blocks): they
             # pass with the stubs, so they earn nothing (the starter must score 0). Skipped cases
@@ -665,6 +694,19 @@ def grade_in(submission, work, jobs, items_filter, kit, test_timeout, rubric, lo
     return tests_out
 
 
+def speed_gate(item, built, build_dir: Path, scratch: Path, machine, log):
+    """(score, output) of a speed gate item: all its points when the gate passes (perf_gates.py)."""
+    if not built[0]:
+        return 0, "the speed gate's programs did not build:\n" + built[1][-3000:]
+    spec = item["performance"]
+    absolute = spec.get("absolute", {}).get(machine) if machine else None
+    r = perf_gates.run_gate(spec["gate"], build_dir / "perf_worker_reference", build_dir / "perf_worker",
+                            relative=spec["relative"], absolute=absolute, scratch=scratch)
+    log.append(f"speed gate {spec['gate']}: median {r['median']}, threshold {r['threshold']:.2f}, "
+               f"{'passed' if r['passed'] else 'failed'}")
+    return (item["points"] if r["passed"] else 0), r["output"]
+
+
 def print_table(results, stream=sys.stdout):
     width = max(len(t["name"]) for t in results["tests"])
     for t in results["tests"]:
@@ -686,6 +728,11 @@ def main(argv=None):
     ap.add_argument("--build-only", action="store_true",
                     help="build the assignment's test suites (e.g. at setup time), grade no item")
     ap.add_argument("--test-timeout", type=int, help="seconds per test case (default: rubric, 0 = suite TIMEOUTs)")
+    ap.add_argument("--perf-gates", action="store_true",
+                    help="turn on every speed gate (rubric items with a \"performance\" entry; off as shipped "
+                         "unless the rubric says \"enabled\": true)")
+    ap.add_argument("--machine", help="the name of this machine in the speed gates' \"absolute\" thresholds "
+                                      "(default: thresholds relative to the bound the machine measures)")
     ap.add_argument("--fast-compile", action="store_true",
                     help=f"compile with {FAST_OPTIMIZE} instead of {OPTIMIZE}: about a quarter less build time "
                          "(the grader's self-tests use it; the graded cases check results, not speed)")
@@ -700,7 +747,8 @@ def main(argv=None):
     try:
         work = args.work or Path(tmp := tempfile.mkdtemp(prefix="grade-work-"))
         results = grade(args.submission, work.resolve(), args.jobs, args.items, test_timeout=args.test_timeout,
-                        assignment=args.assignment, optimize=FAST_OPTIMIZE if args.fast_compile else OPTIMIZE)
+                        assignment=args.assignment, optimize=FAST_OPTIMIZE if args.fast_compile else OPTIMIZE,
+                        perf_gates=args.perf_gates, machine=args.machine)
     except Exception as e:  # never leave the instructor without a results.json
         results = {"score": 0, "execution_time": 0, "output": f"grader error: {type(e).__name__}: {e}",
                    "tests": [{"name": "Grading", "number": "0", "score": 0, "max_score": 100, "status": "failed",

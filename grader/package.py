@@ -114,8 +114,13 @@ def without_other_assignments(files, n: int):
 
 
 # ---------------------------------------------------------------- the two packages
+# The grader's files a student bundle carries: the speed gates' harness, so that students can
+# time their own code as the grader would (python3 grader/perf_gates.py --build build).
+PUBLIC_GRADER_FILES = ("grader/perf/perf_worker.cpp", "grader/perf_gates.py", "grader/sandbox.py")
+
+
 def student_files(assignment=1):
-    public = {"grader/rubric.json", rubric_path(assignment)}  # CMake reads grader/rubric.json
+    public = {"grader/rubric.json", rubric_path(assignment), *PUBLIC_GRADER_FILES}  # CMake reads grader/rubric.json
     keep = []
     for f in tracked_files():
         top = f.split("/", 1)[0]

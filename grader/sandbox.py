@@ -161,6 +161,60 @@ class Sandbox:
         return {"records": records, "output": output, "exit": p.returncode, "timed_out": timed_out,
                 "seconds": seconds}
 
+    # -------------------------------------------------------------- a program the grader talks to
+    def start(self, argv, cwd_parent: Path, slot: int, pass_fds=(), env=None):
+        """Starts argv as sandbox slot `slot` and returns at once (the speed gates talk to it
+        while it runs, grader/perf_gates.py): a handle for signal() and finish(). The caller
+        keeps that slot for itself until finish()."""
+        uid = SANDBOX_UID + slot
+        home = Path(tempfile.mkdtemp(prefix="run-", dir=cwd_parent))
+        if self.root:
+            os.chown(home, uid, uid)
+        full_env = {k: v for k, v in os.environ.items() if not k.startswith("KIT_GRADER")}
+        full_env.update(HOME=str(home), TMPDIR=str(home), PWD=str(home))
+        full_env.update(env or {})
+        out_file = tempfile.TemporaryFile(dir=cwd_parent)
+        p = subprocess.Popen(self._prefix(uid) + [str(a) for a in argv], cwd=home, env=full_env,
+                             stdin=subprocess.DEVNULL, stdout=out_file, stderr=subprocess.STDOUT,
+                             pass_fds=pass_fds, start_new_session=True)
+        with self.lock:
+            self.running.add(p.pid)
+        return {"proc": p, "uid": uid, "home": home, "out": out_file}
+
+    def signal(self, handle, sig):
+        """Sends sig to every process of a started program: its tree, and (as root) every
+        process of its user, so that one that left the tree is reached too."""
+        pids = set(_descendants(handle["proc"].pid))
+        if self.root:
+            pids.update(_pids_of_uid(handle["uid"]))
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+    def finish(self, handle, wait: float = 0, keep: int = OUTPUT_KEEP) -> str:
+        """Waits at most `wait` seconds for a started program to end, then kills all of it;
+        returns the end of its output."""
+        p = handle["proc"]
+        try:
+            p.wait(timeout=wait)
+        except subprocess.TimeoutExpired:
+            pass
+        finally:
+            _killpg(p.pid)
+            p.wait()
+            with self.lock:
+                self.running.discard(p.pid)
+            self.sweep(handle["uid"])
+        out_file = handle["out"]
+        out_file.seek(0, os.SEEK_END)
+        out_file.seek(max(0, out_file.tell() - keep))
+        output = out_file.read().decode(errors="replace")
+        out_file.close()
+        shutil.rmtree(handle["home"], ignore_errors=True)
+        return output
+
     # -------------------------------------------------------------- cleaning up
     def sweep(self, uid=None):
         """Kills whatever a case left behind (the PID namespace already did, where there is one)."""
@@ -253,6 +307,26 @@ def _pids_of_uid(uid):
             if st.st_uid == uid:
                 pids.append(int(d))
     return pids
+
+
+def _descendants(pid):
+    """pid and every process below it (one pass over /proc)."""
+    kids = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                stat = Path(f"/proc/{d}/stat").read_text()
+            except (FileNotFoundError, ProcessLookupError):
+                continue
+            fields = stat[stat.rfind(")") + 2:].split()
+            if len(fields) > 1:
+                kids.setdefault(int(fields[1]), []).append(int(d))
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo += kids.get(p, [])
+    return out
 
 
 def _children(ppid):

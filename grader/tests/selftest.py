@@ -115,7 +115,7 @@ def main(argv=None):
     if grade.Sandbox(1).unreachable(work):  # e.g. a clone under /root: the sandbox users need a way in
         work = Path(tempfile.gettempdir()) / ("kit-grader-selftest-" + grade.hashlib.sha256(
             str(work).encode()).hexdigest()[:12])
-    rubric = grade.load_rubric(assignment=args.assignment)
+    rubric = grade.enabled_items(grade.load_rubric(assignment=args.assignment))  # as the grader sees it
     spec = {}
     if args.name not in ("solution", "starter"):
         path = wrong_submissions_dir(args.assignment) / args.name / "expected.json"

@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
-"""Unit tests of grade.py and sandbox.py that need no build: unpacking, symbolic links,
-hanging pipes, the static checks, the verdict rules and the sandbox's containment.
+"""Unit tests of grade.py, sandbox.py and perf_gates.py that need no build: unpacking, symbolic
+links, hanging pipes, the static checks, the verdict rules, the sandbox's containment and the
+speed gates' protocol (with a stand-in worker).
 
     python3 grader/tests/test_grade_unit.py        (ctest: grader.grade_unit)
 """
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -17,6 +19,7 @@ GRADER = Path(__file__).resolve().parent.parent
 KIT = GRADER.parent
 sys.path.insert(0, str(GRADER))
 import grade  # noqa: E402
+import perf_gates  # noqa: E402
 import sandbox  # noqa: E402
 
 RUBRIC = grade.load_rubric()
@@ -209,7 +212,8 @@ class Assignments(unittest.TestCase):
             with tempfile.TemporaryDirectory() as tmp:
                 b = Path(tmp)
                 (b / "CMakeCache.txt").write_text("KIT_TEST_SUITES:STRING=pipeline_training\n"
-                                                  "CMAKE_CXX_FLAGS_RELEASE:STRING=-O3 -DNDEBUG\n")
+                                                  "CMAKE_CXX_FLAGS_RELEASE:STRING=-O3 -DNDEBUG\n"
+                                                  f"KIT_REFERENCE_STUBS:PATH={b.parent / 'reference_stubs'}\n")
                 grade.build(b, b, 1, 10, [], ["pipeline"])
                 grade.build(b, b, 1, 10, [], ["pipeline_training"])
                 grade.build(b, b, 1, 10, [], ["pipeline_training"], optimize=grade.FAST_OPTIMIZE)
@@ -346,6 +350,133 @@ class Sandboxed(unittest.TestCase):
         r = self.sb.run(["sh", "-c", f"echo 100 > {target}"], self.dir, 20)
         self.assertNotEqual(r["exit"], 0)
         self.assertEqual(target.read_text(), "mine")
+
+
+# A stand-in for perf_worker: the protocol of grader/perf/perf_worker.cpp, its step time and
+# parameters chosen by its arguments (--sleep seconds per measurement, --wrong: other parameters).
+FAKE_WORKER = r"""#!/usr/bin/env python3
+import json, os, sys, time
+if "--gemm" in sys.argv:
+    print(json.dumps({"gemm_gflops": 10.0}))
+    sys.exit(0)
+sleep = float(sys.argv[sys.argv.index("--sleep") + 1])
+r, w = map(int, os.environ["KIT_PERF_CHANNEL"].split(":"))
+inp, out = os.fdopen(r), os.fdopen(w, "w")
+params = [1.0] * 8
+out.write(json.dumps({"ready": True}) + "\n"); out.flush()
+for line in inp:
+    if not line.startswith("go"):
+        break
+    _, k, seed = line.split()
+    before = list(params)
+    time.sleep(sleep)
+    params = [p + (int(seed) % 97 + 1) * 1e-3 * (i + 1) * (2 if "--wrong" in sys.argv else 1) for i, p in enumerate(params)]
+    out.write(json.dumps({"done": int(k), "before": before, "after": params}) + "\n"); out.flush()
+"""
+
+
+class SpeedGateRules(unittest.TestCase):
+    """perf_gates.py's verdict and the rubrics' optional items, without timing anything."""
+
+    def test_the_shipped_gates_are_off_and_cost_nothing(self):
+        gates = [it for it in RUBRIC["items"] if "performance" in it]
+        self.assertTrue(gates)
+        self.assertTrue(all(it["enabled"] is False for it in gates))
+        on = grade.enabled_items(RUBRIC)["items"]
+        self.assertFalse([it for it in on if "performance" in it])
+        self.assertEqual(sum(it["points"] for it in on), 100)   # Assignment 1 keeps its points
+        self.assertEqual(len(grade.enabled_items(RUBRIC, perf_gates=True)["items"]), len(RUBRIC["items"]))
+        self.assertEqual(set(perf_gates.rubric_thresholds()), set(perf_gates.GATES))
+
+    def test_a_wrong_run_earns_nothing_however_fast(self):
+        ok, why = perf_gates.verdict([1.5] * 5, [0, 0, 0.5, 0, 0], bound=1.9, threshold=1.0)
+        self.assertFalse(ok)
+        self.assertIn("after pair 3", why)
+
+    def test_the_median_decides(self):
+        self.assertTrue(perf_gates.verdict([0.5, 1.2, 1.3, 0.4, 1.25], [0] * 5, 1.9, 1.1)[0])
+        self.assertFalse(perf_gates.verdict([1.5, 1.0, 1.05, 1.6, 1.0], [0] * 5, 1.9, 1.1)[0])
+
+    def test_faster_than_the_machine_allows_is_not_believed(self):
+        ok, why = perf_gates.verdict([2.5] * 5, [0] * 5, bound=1.9, threshold=1.0)
+        self.assertFalse(ok)
+        self.assertIn("not believed", why)
+
+    def test_parameter_difference_is_relative_to_the_update(self):
+        a = {"before": [1.0, 1.0], "after": [1.1, 1.0]}
+        self.assertEqual(perf_gates.compare(a, dict(a)), 0)
+        self.assertAlmostEqual(perf_gates.compare(a, {"before": [1.0, 1.0], "after": [1.0, 1.0]}), 1.0)
+
+    def test_the_bound_is_the_smaller_of_scaling_and_ideal(self):
+        self.assertAlmostEqual(perf_gates.machine_bound("data_parallel", [10.0], [9.0, 9.0])[0], 1.8)
+        self.assertAlmostEqual(perf_gates.machine_bound("pipe", [10.0], [10.0, 10.0])[0], 16 / 9)
+
+
+class SpeedGateProtocol(unittest.TestCase):
+    """The whole gate (sandboxed workers, SIGSTOP between turns, pairs, verdict) with stand-ins."""
+
+    def setUp(self):
+        self.dir = Path(tempfile.mkdtemp())
+        os.chmod(self.dir, 0o755)
+        self.fake = self.dir / "fake_worker"
+        self.fake.write_text(FAKE_WORKER)
+        os.chmod(self.fake, 0o755)
+        self.saved = dict(perf_gates.GATES["data_parallel"])
+
+    def tearDown(self):
+        perf_gates.GATES["data_parallel"] = self.saved
+
+    def gate(self, reference_sleep, student_args):
+        perf_gates.GATES["data_parallel"] = dict(self.saved, reference=["--sleep", str(reference_sleep)],
+                                                 student=student_args)
+        return perf_gates.run_gate("data_parallel", self.fake, self.fake, relative=0.5, pairs=3,
+                                   scratch=self.dir, seed=7)
+
+    def test_a_faster_correct_run_passes_and_every_pair_is_shown(self):
+        r = self.gate(0.3, ["--sleep", "0.18"])
+        self.assertTrue(r["passed"], r["output"])
+        self.assertEqual(len(r["ratios"]), 3)
+        self.assertTrue(all(1.4 < x < 1.9 for x in r["ratios"]), r["ratios"])
+        for text in ("pair  order", "   1     AB", "   2     BA", "bound = the smaller = 2.00x", "threshold: 0.5"):
+            self.assertIn(text, r["output"])
+
+    def test_a_run_faster_than_the_machine_allows_fails(self):
+        r = self.gate(0.3, ["--sleep", "0.1"])   # 3x with a bound of 2x
+        self.assertFalse(r["passed"])
+        self.assertIn("not believed", r["output"])
+
+    def test_a_fast_wrong_run_fails(self):
+        r = self.gate(0.2, ["--sleep", "0.1", "--wrong"])
+        self.assertFalse(r["passed"])
+        self.assertIn("differ from the reference", r["output"])
+
+    def test_a_worker_that_dies_fails_the_gate_with_its_output(self):
+        r = self.gate(0.1, ["--no-such-flag"])
+        self.assertFalse(r["passed"])
+        self.assertIn("yours", r["output"])
+        self.assertIn("ValueError", r["output"])
+
+    def test_a_stopped_worker_does_not_run(self):
+        sb = sandbox.Sandbox(1)
+        rd, wr = os.pipe()
+        h = sb.start(["sh", "-c", f"while :; do echo x >&{wr}; sleep 0.05; done"], self.dir, 0, pass_fds=(wr,))
+        os.close(wr)
+        os.set_blocking(rd, False)
+
+        def drained():
+            time.sleep(0.4)
+            try:
+                return len(os.read(rd, 1 << 16))
+            except BlockingIOError:
+                return 0
+        self.assertGreater(drained(), 0)
+        sb.signal(h, signal.SIGSTOP)
+        drained()   # what it wrote before the signal
+        self.assertEqual(drained(), 0)
+        sb.signal(h, signal.SIGCONT)
+        self.assertGreater(drained(), 0)
+        sb.finish(h)
+        os.close(rd)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ class StudentBundle(unittest.TestCase):
 
     def test_no_solution_or_grader_internals(self):
         leaked = [f for f in self.files if f.startswith(("solution/", ".ci/"))
-                  or (f.startswith("grader/") and f != "grader/rubric.json")]
+                  or (f.startswith("grader/") and f not in ("grader/rubric.json",) + package.PUBLIC_GRADER_FILES)]
         self.assertEqual(leaked, [], "the student bundle must not contain these")
 
     def test_has_what_students_build_with(self):
@@ -36,7 +36,7 @@ class PerAssignment(unittest.TestCase):
         # solution/, .ci/ and grader/ (except grader/rubric.json). Assignment 1's bundle is
         # exactly that, less only what later assignments added as their own.
         before = [f for f in package.tracked_files() if f.split("/", 1)[0] not in ("solution", ".ci")
-                  and (not f.startswith("grader/") or f == "grader/rubric.json")]
+                  and (not f.startswith("grader/") or f in ("grader/rubric.json",) + package.PUBLIC_GRADER_FILES)]
         later = tuple(p for n in LATER for p in package.own_material(n, keep_suites=package.suites(1)))
         self.assertEqual(package.student_files(1), [f for f in before if not f.startswith(later)])
 
@@ -61,7 +61,7 @@ class PerAssignment(unittest.TestCase):
         self.assertFalse([f for f in files if f.startswith(("tests/data_parallel/test_", "tests/pipeline/pipe_test",
                                                             "solution/", "grader/wrong_submissions/"))])
         self.assertFalse([f for f in files if f.startswith("grader/") and f not in
-                          ("grader/rubric.json", "grader/assignment2/rubric.json")])
+                          ("grader/rubric.json", "grader/assignment2/rubric.json") + package.PUBLIC_GRADER_FILES])
         # the starter files are stubs, as generated from solution/
         self.assertIn("NotImplemented", (package.KIT / "starter/pipeline_training/step.cpp").read_text())
 
