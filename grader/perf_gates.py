@@ -17,7 +17,8 @@ What a submission cannot do here: change the clock (the grader times "go" -> "do
 work ahead (each pair's batches come from a seed sent with "go"), run code in the reference
 (perf_worker_reference has none of it), or slow the reference down (the student's processes
 are stopped with SIGSTOP while the reference runs, and run as another user when grading as
-root). A speed-up above 1.15 x the bound is not believed and earns nothing.
+root). A speed-up above 1.15 x the bound is not believed and earns nothing. A gate failed
+only for being too slow is measured once more (a busy machine slows the parallel side most).
 """
 import argparse
 import json
@@ -37,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from sandbox import Sandbox  # noqa: E402
 
 # The two configurations of each gate and the speed-up they could reach at best.
-# pipe: p = 2 stages, m = 8 micro-batches: p*m / (m + p - 1) (GPipe's bubble).
+# pipe and one_f_one_b: p = 2 stages, m = 8 micro-batches: p*m / (m + p - 1) (the bubble).
 COMMON = ["--preset", "cpu-small", "--seq-len", "128", "--steps", "3", "--warmup", "2"]
 GATES = {
     "data_parallel": {
@@ -50,12 +51,19 @@ GATES = {
         "reference": ["--config", "mp", "--batch-size", "32"],
         "student": ["--config", "pipe", "--batch-size", "32", "--chunks", "8"],
         "ideal": 2 * 8 / (8 + 2 - 1), "ideal_why": "p*m/(m+p-1) for p = 2, m = 8"},
+    "one_f_one_b": {
+        "what": "pipeline training: 1F1B on 2 processes (one stage each, 8 micro-batches) against one process, "
+                "batch of 32 x 128 tokens",
+        "reference": ["--config", "single", "--batch-size", "32"],
+        "student": ["--config", "1f1b", "--batch-size", "32", "--chunks", "8"],
+        "ideal": 2 * 8 / (8 + 2 - 1), "ideal_why": "p*m/(m+p-1) for p = 2, m = 8"},
 }
 ORDERS = ["AB", "BA"]      # pair k runs in ORDERS[k % 2]
 TOLERANCE = 1e-2           # parameter difference / the reference's own update, per pair
 BELIEVABLE = 1.15          # a speed-up above BELIEVABLE x bound earns nothing
 READY_SECONDS = 180        # model built and warmed up
 STEP_SECONDS = 120         # one measurement (3 steps)
+ATTEMPTS = 2               # a gate failed for being too slow is measured once more
 
 
 class Worker:
@@ -159,8 +167,28 @@ def verdict(ratios, diffs, bound, threshold):
 
 
 def run_gate(gate, reference_program: Path, student_program: Path, relative=None, absolute=None,
-             pairs=5, sandbox=None, scratch=None, seed=None):
-    """Runs one gate. Returns {"passed", "output" (every pair, the bound, the threshold), "median", ...}."""
+             pairs=5, sandbox=None, scratch=None, seed=None, attempts=ATTEMPTS):
+    """Runs one gate. Returns {"passed", "output" (every pair, the bound, the threshold), "median", ...}.
+    A gate failed only for being too slow is measured again, up to `attempts` times in all:
+    another process that wakes up during a measurement slows the parallel configuration
+    more than the reference, never the other way round."""
+    results = []
+    for k in range(attempts):
+        r = measure_gate(gate, reference_program, student_program, relative, absolute, pairs, sandbox, scratch,
+                         None if seed is None else seed + k)
+        results.append(r)
+        if r["passed"] or not r.get("too_slow"):
+            break
+    last = dict(results[-1])
+    if len(results) > 1:
+        last["output"] = "\n\n".join(f"attempt {k + 1} of {attempts}:\n{r['output']}" for k, r in enumerate(results))
+        last["attempts"] = [r["median"] for r in results]
+    return last
+
+
+def measure_gate(gate, reference_program: Path, student_program: Path, relative=None, absolute=None,
+                 pairs=5, sandbox=None, scratch=None, seed=None):
+    """One measurement of a gate (see run_gate)."""
     g = GATES[gate]
     reference_program, student_program = Path(reference_program).resolve(), Path(student_program).resolve()
     sandbox = sandbox or Sandbox(2)
@@ -213,7 +241,8 @@ def run_gate(gate, reference_program: Path, student_program: Path, relative=None
         passed, why = verdict(ratios, diffs, bound, threshold)
         lines.append(why)
         return {"gate": gate, "passed": passed, "median": statistics.median(ratios), "ratios": ratios,
-                "bound": bound, "threshold": threshold, "output": "\n".join(lines)}
+                "bound": bound, "threshold": threshold, "output": "\n".join(lines),
+                "too_slow": why.endswith("too slow")}
     except (RuntimeError, OSError) as e:
         tails = {w.label: w.close() for w in workers.values()}
         workers = {}

@@ -184,7 +184,9 @@ class Sandbox:
     def signal(self, handle, sig):
         """Sends sig to every process of a started program: its tree, and (as root) every
         process of its user, so that one that left the tree is reached too."""
-        pids = set(_descendants(handle["proc"].pid))
+        # Not the sandbox's own wrapper (the program's parent: unshare waiting for it), which a
+        # stop and continue can upset.
+        pids = set(_descendants(handle["proc"].pid)) - {handle["proc"].pid}
         if self.root:
             pids.update(_pids_of_uid(handle["uid"]))
         for pid in pids:

@@ -16,16 +16,19 @@
 // code in it) and perf_worker_reference (linked with kit_reference: given code and the
 // starter's stubs only). The reference configurations (single, mp) call no student function.
 //
-//   single  one process, the whole batch                       (reference of dp)
-//   dp      2 processes, half the batch each, average_gradients (Problem 1.2)
-//   mp      2 stages, model parallel: one stage works at a time (reference of pipe)
-//   pipe    2 stages, the Pipe with --chunks micro-batches      (Problems 2.1-2.3)
+//   single  one process, the whole batch                        (reference of dp and 1f1b)
+//   dp      2 processes, half the batch each, average_gradients  (Problem 1.2)
+//   mp      2 stages, model parallel: one stage works at a time  (reference of pipe)
+//   pipe    2 stages, the Pipe with --chunks micro-batches       (Problems 2.1-2.3)
+//   1f1b    2 processes, one pipeline stage each, the 1F1B schedule over --chunks
+//           micro-batches                                        (Problems 3.1-3.2)
 //   --gemm  print this process's GEMM rate (the grader's two-process scaling bound)
 #include <torch/torch.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -37,6 +40,10 @@
 #include "kit/errors.h"
 #include "kit/gemm.h"
 #include "pipeline/model_parallel.h"
+#include "pipeline_training/executor.h"
+#include "pipeline_training/p2p.h"
+#include "pipeline_training/schedules.h"
+#include "pipeline_training/stage_model.h"
 #include "project/cli.h"
 #include "project/run_data_parallel.h"
 #include "train/loop.h"
@@ -54,10 +61,14 @@ struct Options {
   uint64_t seed = 1;
 };
 
-bool is_dp(const Options& o) { return o.config == "dp"; }
+namespace pp = kit::pp;
 
-// Row block `rank` of `world` of a batch of random tokens drawn from `seed`: every rank of
-// every configuration draws the same global batch and keeps its own rows.
+bool is_dp(const Options& o) { return o.config == "dp"; }
+bool is_1f1b(const Options& o) { return o.config == "1f1b"; }
+int world_of(const Options& o) { return is_dp(o) || is_1f1b(o) ? 2 : 1; }
+
+// A batch of random tokens drawn from `seed`, the same in every configuration; a data-parallel
+// rank keeps its block of rows (block `rank` of `world`).
 kit::Batch batch_of(const Options& o, uint64_t seed, int rank, int world) {
   torch::manual_seed(seed);
   auto t = torch::randint(o.vocab, {o.batch_size, o.seq_len + 1}, torch::kInt64);
@@ -95,45 +106,90 @@ struct Channel {
   }
 };
 
+// The sketch's projections: kSketch fixed random directions per parameter of the full model,
+// by name, so that every configuration (whole model, or one pipeline stage per rank) sums the
+// same projections of the same parameters.
+std::map<std::string, torch::Tensor> projections_of(const kit::GPT2& model) {
+  torch::manual_seed(0x5eed);
+  std::map<std::string, torch::Tensor> out;
+  for (const auto& p : model->named_parameters()) out[p.key()] = torch::randn({p.value().numel(), kSketch}, torch::kFloat64);
+  return out;
+}
+
+// Sketch of named parameters: the sum of their projections (float64, kSketch numbers).
+torch::Tensor sketch_of(const std::vector<std::pair<std::string, torch::Tensor>>& named,
+                        const std::map<std::string, torch::Tensor>& projections) {
+  torch::NoGradGuard g;
+  auto acc = torch::zeros({kSketch}, torch::kFloat64);
+  for (const auto& [name, p] : named) {
+    auto it = projections.find(name);
+    if (it == projections.end()) throw kit::Error("perf_worker: no projection for parameter " + name);
+    acc += torch::matmul(p.detach().flatten().to(torch::kFloat64), it->second);
+  }
+  return acc;
+}
+
 class Worker {
  public:
   Worker(const Options& o, int rank, int world) : o_(o), rank_(rank), world_(world) {
     kit::GPT2Config cfg = kit::gpt2_preset(o.preset);
     cfg.dropout = 0;  // every configuration must compute the same function
     model_ = kit::build_model(cfg, o.vocab, o.seq_len, o.seed);
+    projections_ = projections_of(model_);
+    std::vector<torch::Tensor> params = model_->parameters();
     if (is_dp(o)) kit::dist::broadcast_parameters(*model_, 0);
     if (o.config == "mp" || o.config == "pipe") {
       mp_ = std::make_unique<kit::GPT2ModelParallel>(model_, kit::cpu_stages(2));
       if (o.config == "pipe") mp_->prepare_pipeline_parallel(o.batch_size / o.chunks, 1);  // Problem 2.3
     }
-    opt_ = std::make_unique<torch::optim::SGD>(model_->parameters(), torch::optim::SGDOptions(o.lr));
-    torch::manual_seed(0x5eed);  // the sketch's projections: fixed, the same in every configuration
-    for (const auto& p : model_->parameters()) {
-      std::vector<torch::Tensor> dirs;
-      for (int k = 0; k < kSketch; ++k) dirs.push_back(torch::randn_like(p).flatten());
-      projections_.push_back(torch::stack(dirs, 1));  // (numel, kSketch)
+    if (is_1f1b(o)) {  // this rank's stage of a 2-stage pipeline (Problem 3)
+      shape_ = pp::PipelineShape{world, o.chunks, 1};
+      chunks_ = pp::build_rank_chunks(model_, shape_, rank);
+      model_ = kit::GPT2{nullptr};  // the full model is not trained here
+      params.clear();
+      for (auto& c : chunks_) {
+        c->train();
+        for (auto& p : c->parameters()) params.push_back(p);
+      }
+      p2p_ = std::make_unique<pp::P2P>(shape_, rank, torch::TensorOptions().dtype(torch::kFloat32));
+      executor_ = std::make_unique<pp::Executor>(chunks_, shape_, rank, *p2p_);
+      schedule_ = pp::make_schedule(pp::ScheduleKind::OneFOneB, shape_)[static_cast<size_t>(rank)];  // Problem 3.1
     }
+    opt_ = std::make_unique<torch::optim::SGD>(params, torch::optim::SGDOptions(o.lr));
   }
 
-  void step(const kit::Batch& b) {
+  void step(uint64_t seed) {
     opt_->zero_grad();
-    auto logits = mp_ ? mp_->forward(b.input) : model_->forward(b.input);
-    kit::masked_cross_entropy(logits, b.labels, b.mask).backward();
-    if (is_dp(o_)) kit::average_gradients(*model_);  // Problem 1.2
+    if (executor_) {
+      const kit::Batch b = batch_of(o_, seed, 0, 1);  // every stage sees the whole batch's micro-batches
+      executor_->run(schedule_, pp::split_batch(b.input, b.labels, b.mask, o_.chunks));  // Problem 3.2
+      pp::sum_tied_gradients(chunks_, shape_, rank_);
+    } else {
+      const kit::Batch b = batch_of(o_, seed, rank_, is_dp(o_) ? world_ : 1);
+      auto logits = mp_ ? mp_->forward(b.input) : model_->forward(b.input);
+      kit::masked_cross_entropy(logits, b.labels, b.mask).backward();
+      if (is_dp(o_)) kit::average_gradients(*model_);  // Problem 1.2
+    }
     opt_->step();
   }
 
   void steps(uint64_t seed) {
-    for (int64_t k = 0; k < o_.steps; ++k) step(batch_of(o_, seed * 1000003ULL + k, rank_, world_));
+    for (int64_t k = 0; k < o_.steps; ++k) step(seed * 1000003ULL + static_cast<uint64_t>(k));
   }
 
+  // The whole model's sketch on rank 0. A pipeline rank sketches its own stage (the tied wte
+  // copy of the last stage left out: it equals stage 0's) and the ranks' sketches are summed.
   std::vector<double> sketch() {
-    torch::NoGradGuard g;
-    auto acc = torch::zeros({kSketch}, torch::kFloat64);
-    auto params = model_->parameters();
-    for (size_t i = 0; i < params.size(); ++i)
-      acc += torch::matmul(params[i].detach().flatten().to(torch::kFloat64).unsqueeze(0),
-                           projections_[i].to(torch::kFloat64)).squeeze(0);
+    std::vector<std::pair<std::string, torch::Tensor>> named;
+    if (executor_) {
+      for (const auto& c : chunks_)
+        for (auto& [name, p] : c->named_model_parameters())
+          if (name != "wte.weight" || c->is_first()) named.emplace_back(name, p);
+    } else {
+      for (const auto& p : model_->named_parameters()) named.emplace_back(p.key(), p.value());
+    }
+    auto acc = sketch_of(named, projections_);
+    if (executor_) kit::dist::all_reduce(acc);
     return std::vector<double>(acc.data_ptr<double>(), acc.data_ptr<double>() + kSketch);
   }
 
@@ -142,8 +198,13 @@ class Worker {
   int rank_, world_;
   kit::GPT2 model_{nullptr};
   std::unique_ptr<kit::GPT2ModelParallel> mp_;
+  pp::PipelineShape shape_{1, 1, 1};
+  std::vector<pp::StageModule> chunks_;
+  std::unique_ptr<pp::P2P> p2p_;
+  std::unique_ptr<pp::Executor> executor_;
+  pp::RankSchedule schedule_;
   std::unique_ptr<torch::optim::SGD> opt_;
-  std::vector<torch::Tensor> projections_;
+  std::map<std::string, torch::Tensor> projections_;
 };
 
 // rank 0 hears the grader and passes each command on: {pair, seed}, pair -1 to quit.
@@ -162,11 +223,11 @@ std::pair<int64_t, uint64_t> next_command(Channel* ch) {
 
 int run(const Options& o) {
   const char* r = std::getenv("KIT_PERF_RANK");
-  const int world = is_dp(o) ? 2 : 1, rank = r ? std::atoi(r) : 0;
+  const int world = world_of(o), rank = r ? std::atoi(r) : 0;
   kit::set_threads(1);
   std::unique_ptr<kit::RendezvousServer> server;
   std::vector<kit::Process> peers;
-  if (is_dp(o)) {
+  if (world > 1) {
     if (rank == 0) {  // host the rendezvous and start rank 1 (it dies with this process)
       server = std::make_unique<kit::RendezvousServer>(0);
       kit::Command cmd;
@@ -191,7 +252,8 @@ int run(const Options& o) {
     if (pair < 0) break;
     const auto before = w.sketch();
     w.steps(seed);
-    if (ch) ch->say({{"done", pair}, {"before", before}, {"after", w.sketch()}});
+    const auto after = w.sketch();
+    if (ch) ch->say({{"done", pair}, {"before", before}, {"after", after}});
   }
   if (kit::dist::is_initialized()) kit::dist::destroy_process_group();
   if (!peers.empty()) kit::join_all(peers);
@@ -206,13 +268,13 @@ int main(int argc, char** argv) {
   Options o;
   bool gemm = false;
   app.add_flag("--gemm", gemm, "Print only this process's GEMM rate on one thread: {\"gemm_gflops\": ...}");
-  app.add_option("--config", o.config, "single, dp (2 ranks), mp or pipe (2 stages)")
-      ->check(CLI::IsMember({"single", "dp", "mp", "pipe"}))->capture_default_str();
+  app.add_option("--config", o.config, "single, dp (2 ranks), mp or pipe (2 stages), 1f1b (2 ranks)")
+      ->check(CLI::IsMember({"single", "dp", "mp", "pipe", "1f1b"}))->capture_default_str();
   app.add_option("--preset", o.preset, "Model preset (kit/config.h)")->capture_default_str();
   app.add_option("--batch-size", o.batch_size, "Rows of the global batch")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--seq-len", o.seq_len, "Tokens per row")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--vocab", o.vocab, "Vocabulary size")->check(CLI::PositiveNumber)->capture_default_str();
-  app.add_option("--chunks", o.chunks, "Micro-batches per batch (pipe)")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--chunks", o.chunks, "Micro-batches per batch (pipe, 1f1b)")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--steps", o.steps, "Steps per measurement")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--warmup", o.warmup, "Untimed steps first")->check(CLI::NonNegativeNumber)->capture_default_str();
   app.add_option("--lr", o.lr, "SGD learning rate")->check(CLI::PositiveNumber)->capture_default_str();
