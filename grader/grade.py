@@ -631,9 +631,10 @@ def grade_in(submission, work, jobs, items_filter, kit, test_timeout, rubric, lo
         sandbox, suite_programs(build_dir, graded_suites(rubric)), wanted, jobs,
         rubric["timeouts"]["tests_seconds"], test_timeout, rubric.get("may_skip", []), runs, log)
 
-    gates = [it for it in items if "performance" in it]
     gates_built = None
-    if gates and not build_broken:  # after the cases, so that nothing else runs while they time
+    # Built whenever a gate is on, --build-only included (Gradescope's setup); run after the
+    # cases, so that nothing else runs while they time.
+    if any("performance" in it for it in rubric["items"]) and not build_broken:
         rc, out = build(kit_copy, build_dir, jobs, rubric["timeouts"]["build_seconds"], log, graded_suites(rubric),
                         optimize, targets=["perf_worker", "perf_worker_reference"])
         gates_built = (rc == 0, out)
