@@ -311,9 +311,9 @@ def _pids_of_uid(uid):
     return pids
 
 
-def _descendants(pid):
-    """pid and every process below it (one pass over /proc)."""
-    kids = {}
+def _parents():
+    """{pid: parent pid} of every process (one pass over /proc)."""
+    out = {}
     for d in os.listdir("/proc"):
         if d.isdigit():
             try:
@@ -322,7 +322,15 @@ def _descendants(pid):
                 continue
             fields = stat[stat.rfind(")") + 2:].split()
             if len(fields) > 1:
-                kids.setdefault(int(fields[1]), []).append(int(d))
+                out[int(d)] = int(fields[1])
+    return out
+
+
+def _descendants(pid):
+    """pid and every process below it."""
+    kids = {}
+    for child, parent in _parents().items():
+        kids.setdefault(parent, []).append(child)
     out, todo = [], [pid]
     while todo:
         p = todo.pop()
@@ -332,14 +340,4 @@ def _descendants(pid):
 
 
 def _children(ppid):
-    kids = []
-    for d in os.listdir("/proc"):
-        if d.isdigit():
-            try:
-                stat = Path(f"/proc/{d}/stat").read_text()
-            except (FileNotFoundError, ProcessLookupError):
-                continue
-            fields = stat[stat.rfind(")") + 2:].split()
-            if len(fields) > 1 and int(fields[1]) == ppid:
-                kids.append(int(d))
-    return kids
+    return [child for child, parent in _parents().items() if parent == ppid]
