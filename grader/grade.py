@@ -701,8 +701,12 @@ def speed_gate(item, built, build_dir: Path, scratch: Path, machine, log):
         return 0, "the speed gate's programs did not build:\n" + built[1][-3000:]
     spec = item["performance"]
     absolute = spec.get("absolute", {}).get(machine) if machine else None
-    r = perf_gates.run_gate(spec["gate"], build_dir / "perf_worker_reference", build_dir / "perf_worker",
-                            relative=spec["relative"], absolute=absolute, scratch=scratch)
+    try:
+        r = perf_gates.run_gate(spec["gate"], build_dir / "perf_worker_reference", build_dir / "perf_worker",
+                                relative=spec["relative"], absolute=absolute, scratch=scratch)
+    except Exception as e:  # this item only: the others keep their points
+        log.append(f"speed gate {spec['gate']}: could not run: {type(e).__name__}: {e}")
+        return 0, f"the speed gate could not run: {type(e).__name__}: {e}"
     log.append(f"speed gate {spec['gate']}: median {r['median']}, threshold {r['threshold']:.2f}, "
                f"{'passed' if r['passed'] else 'failed'}")
     return (item["points"] if r["passed"] else 0), r["output"]

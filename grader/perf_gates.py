@@ -22,6 +22,7 @@ only for being too slow is measured once more (a busy machine slows the parallel
 """
 import argparse
 import json
+import math
 import os
 import random
 import select
@@ -150,6 +151,21 @@ def compare(a, b):
                norm([x - y for x, y in zip(a["after"], b["after"])])) / update
 
 
+def check_answer(answer, pair, label):
+    """The worker's answer to pair `pair`, or a RuntimeError saying what is wrong with it (a
+    parameter that became NaN or infinite arrives as null)."""
+    def numbers(v):
+        return isinstance(v, list) and len(v) > 0 and all(
+            isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in v)
+    if not isinstance(answer, dict) or answer.get("done") != pair:
+        raise RuntimeError(f"{label}: answered {str(answer)[:200]} to pair {pair}")
+    if not (numbers(answer.get("before")) and numbers(answer.get("after"))
+            and len(answer["before"]) == len(answer["after"])):
+        raise RuntimeError(f"{label}: the parameters after pair {pair} are not finite numbers "
+                           "(NaN or infinite: the training diverged)")
+    return answer
+
+
 def verdict(ratios, diffs, bound, threshold):
     """(passed, why) from the pairs' ratios and parameter differences."""
     bad = [k for k, d in enumerate(diffs, 1) if not d <= TOLERANCE]
@@ -232,8 +248,7 @@ def measure_gate(gate, reference_program: Path, student_program: Path, relative=
                 got[cfg] = w.hear(STEP_SECONDS)
                 t[cfg] = time.perf_counter() - t0
                 w.freeze()
-                if got[cfg].get("done") != k:
-                    raise RuntimeError(f"{w.label}: answered {got[cfg]} to pair {k}")
+                check_answer(got[cfg], k, w.label)
             ratios.append(t["A"] / t["B"])
             diffs.append(compare(got["A"], got["B"]))
             lines.append(f"{k + 1:>4}  {ORDERS[k % 2]:>5}  {t['A']:>11.3f}  {t['B']:>7.3f}  {ratios[-1]:>7.2f}x  "

@@ -411,6 +411,14 @@ class SpeedGateRules(unittest.TestCase):
         self.assertEqual(perf_gates.compare(a, dict(a)), 0)
         self.assertAlmostEqual(perf_gates.compare(a, {"before": [1.0, 1.0], "after": [1.0, 1.0]}), 1.0)
 
+    def test_an_answer_without_finite_parameters_is_an_error_not_a_crash(self):
+        good = {"done": 2, "before": [1.0, 2.0], "after": [1.5, 2.5]}
+        self.assertIs(perf_gates.check_answer(good, 2, "yours"), good)
+        for bad in ({"done": 1, "before": [1.0], "after": [1.0]}, {"done": 2, "before": [None], "after": [1.0]},
+                    {"done": 2, "before": [1.0], "after": [float("nan")]}, {"done": 2}, [2], "done"):
+            with self.assertRaises(RuntimeError):
+                perf_gates.check_answer(bad, 2, "yours")
+
     def test_the_bound_is_the_smaller_of_scaling_and_ideal(self):
         self.assertAlmostEqual(perf_gates.machine_bound("data_parallel", [10.0], [9.0, 9.0])[0], 1.8)
         self.assertAlmostEqual(perf_gates.machine_bound("pipe", [10.0], [10.0, 10.0])[0], 16 / 9)
