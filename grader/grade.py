@@ -597,12 +597,13 @@ def grade_in(submission, work, jobs, items_filter, kit, test_timeout, rubric, lo
         log.append("not submitted, starter stubs used: " + ", ".join(missing))
 
     kit_copy, build_dir = sync_kit(kit, work, rubric), work / "build"
-    for f in all_student_files(kit):
+    every_student_file = all_student_files(kit)
+    for f in every_student_file:
         (reference_stubs(work) / f).parent.mkdir(parents=True, exist_ok=True)
         put(reference_stubs(work) / f, (kit / "starter" / f).read_bytes())
     stubs = {f: (kit / "starter" / f).read_bytes() for f in rubric["student_files"]}
     cases = graded_cases(kit_copy, build_dir, work, rubric, stubs, sandbox, jobs, runs, log,
-                         assignment, all_student_files(kit), optimize)
+                         assignment, every_student_file, optimize)
     for f in rubric["student_files"]:
         put(kit_copy / "starter" / f, read_nofollow(found[f]) if f in found else stubs[f])
 

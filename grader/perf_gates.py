@@ -39,8 +39,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from sandbox import Sandbox  # noqa: E402
 
 # The two configurations of each gate and the speed-up they could reach at best.
-# pipe and one_f_one_b: p = 2 stages, m = 8 micro-batches: p*m / (m + p - 1) (the bubble).
+# pipe and one_f_one_b: p = 2 stages, m = MICRO micro-batches: p*m / (m + p - 1) (the bubble).
 COMMON = ["--preset", "cpu-small", "--seq-len", "128", "--steps", "3", "--warmup", "2"]
+MICRO = 8
+PIPELINE_IDEAL = 2 * MICRO / (MICRO + 2 - 1)
+PIPELINE_WHY = f"p*m/(m+p-1) for p = 2, m = {MICRO}"
 GATES = {
     "data_parallel": {
         "what": "data parallelism: 2 ranks (average_gradients) against 1 process, same global batch of 32 x 128 tokens",
@@ -50,14 +53,14 @@ GATES = {
     "pipe": {
         "what": "pipeline parallelism: the Pipe (2 stages, 8 micro-batches) against model parallel, batch of 32 x 128 tokens",
         "reference": ["--config", "mp", "--batch-size", "32"],
-        "student": ["--config", "pipe", "--batch-size", "32", "--chunks", "8"],
-        "ideal": 2 * 8 / (8 + 2 - 1), "ideal_why": "p*m/(m+p-1) for p = 2, m = 8"},
+        "student": ["--config", "pipe", "--batch-size", "32", "--chunks", str(MICRO)],
+        "ideal": PIPELINE_IDEAL, "ideal_why": PIPELINE_WHY},
     "one_f_one_b": {
         "what": "pipeline training: 1F1B on 2 processes (one stage each, 8 micro-batches) against one process, "
                 "batch of 32 x 128 tokens",
         "reference": ["--config", "single", "--batch-size", "32"],
-        "student": ["--config", "1f1b", "--batch-size", "32", "--chunks", "8"],
-        "ideal": 2 * 8 / (8 + 2 - 1), "ideal_why": "p*m/(m+p-1) for p = 2, m = 8"},
+        "student": ["--config", "1f1b", "--batch-size", "32", "--chunks", str(MICRO)],
+        "ideal": PIPELINE_IDEAL, "ideal_why": PIPELINE_WHY},
 }
 ORDERS = ["AB", "BA"]      # pair k runs in ORDERS[k % 2]
 TOLERANCE = 1e-2           # parameter difference / the reference's own update, per pair
@@ -71,7 +74,7 @@ class Worker:
     """One configuration: its processes, started in the sandbox, and the pipe to its rank 0."""
 
     def __init__(self, sandbox: Sandbox, slot: int, program: Path, args, scratch: Path, label: str):
-        self.label, self.sandbox, self.slot = label, sandbox, slot
+        self.label, self.sandbox = label, sandbox
         to_r, self.to_w = os.pipe()
         self.from_r, from_w = os.pipe()
         env = {"KIT_PERF_CHANNEL": f"{to_r}:{from_w}", "KIT_DIST_TIMEOUT": "600"}
@@ -182,6 +185,13 @@ def verdict(ratios, diffs, bound, threshold):
     return False, f"median speed-up {median:.2f}x < threshold {threshold:.2f}x: too slow"
 
 
+def outcome(gate, lines, passed=False, ratios=(), bound=None, threshold=None, too_slow=False):
+    """What measure_gate returns: the verdict, the numbers and the item's output."""
+    return {"gate": gate, "passed": passed, "median": statistics.median(ratios) if ratios else None,
+            "ratios": list(ratios), "bound": bound, "threshold": threshold, "output": "\n".join(lines),
+            "too_slow": too_slow}
+
+
 def run_gate(gate, reference_program: Path, student_program: Path, relative=None, absolute=None,
              pairs=5, sandbox=None, scratch=None, seed=None, attempts=ATTEMPTS):
     """Runs one gate. Returns {"passed", "output" (every pair, the bound, the threshold), "median", ...}.
@@ -215,8 +225,7 @@ def measure_gate(gate, reference_program: Path, student_program: Path, relative=
     try:
         alone, together = gemm_rates(reference_program, scratch, sandbox, 0)
     except RuntimeError as e:
-        return {"gate": gate, "passed": False, "median": None, "ratios": [], "bound": None, "threshold": None,
-                "output": "\n".join(lines + [f"failed: {e}"])}
+        return outcome(gate, lines + [f"failed: {e}"])
     bound, scaling, ideal = machine_bound(gate, alone, together)
     lines.append(f"this machine: GEMM on 2 processes at once runs {scaling:.2f}x one process alone "
                  f"({' + '.join(f'{r:.1f}' for r in together)} vs {alone[0]:.1f} GFLOP/s); ideal "
@@ -255,9 +264,7 @@ def measure_gate(gate, reference_program: Path, student_program: Path, relative=
                          f"{'match' if diffs[-1] <= TOLERANCE else 'DIFFER'} ({diffs[-1]:.1e})")
         passed, why = verdict(ratios, diffs, bound, threshold)
         lines.append(why)
-        return {"gate": gate, "passed": passed, "median": statistics.median(ratios), "ratios": ratios,
-                "bound": bound, "threshold": threshold, "output": "\n".join(lines),
-                "too_slow": why.endswith("too slow")}
+        return outcome(gate, lines, passed, ratios, bound, threshold, too_slow=why.endswith("too slow"))
     except (RuntimeError, OSError) as e:
         tails = {w.label: w.close() for w in workers.values()}
         workers = {}
@@ -265,8 +272,7 @@ def measure_gate(gate, reference_program: Path, student_program: Path, relative=
         for label, tail in tails.items():
             if tail.strip():
                 lines.append(f"--- {label} configuration's output (the end) ---\n{tail[-3000:]}")
-        return {"gate": gate, "passed": False, "median": None, "ratios": [], "bound": bound,
-                "threshold": threshold, "output": "\n".join(lines)}
+        return outcome(gate, lines, bound=bound, threshold=threshold)
     finally:
         for w in workers.values():
             w.close()

@@ -110,15 +110,8 @@ class Sandbox:
         return p
 
     def _run(self, argv, cwd_parent, timeout, channel, slot, keep):
-        uid = SANDBOX_UID + slot
-        home = Path(tempfile.mkdtemp(prefix="case-", dir=cwd_parent))
-        if self.root:
-            os.chown(home, uid, uid)
         token = secrets.token_hex(16)
-        env = {k: v for k, v in os.environ.items() if not k.startswith("KIT_GRADER")}
-        env.update(HOME=str(home), TMPDIR=str(home), PWD=str(home))
-        fds, out_file = [], tempfile.TemporaryFile(dir=cwd_parent)
-        reader = None
+        env, fds, reader = {}, [], None
         if channel:
             tok_r, tok_w = os.pipe()
             ver_r, ver_w = os.pipe()
@@ -128,46 +121,25 @@ class Sandbox:
             fds = [tok_r, ver_w]
             reader = _Reader(ver_r)
         t0 = time.time()
-        timed_out = False
         try:
-            p = subprocess.Popen(self._prefix(uid) + [str(a) for a in argv], cwd=home, env=env,
-                                 stdin=subprocess.DEVNULL, stdout=out_file, stderr=subprocess.STDOUT,
-                                 pass_fds=fds, start_new_session=True)
+            handle = self.start(argv, cwd_parent, slot, pass_fds=fds, env=env)
         finally:
             for fd in fds:
                 os.close(fd)  # the child holds them now; EOF comes when all its writers are gone
-        with self.lock:
-            self.running.add(p.pid)
-        try:
-            p.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-        finally:
-            _killpg(p.pid)
-            p.wait()
-            with self.lock:
-                self.running.discard(p.pid)
-            self.sweep(uid)
+        output = self.finish(handle, wait=timeout, keep=keep)
         seconds = time.time() - t0
         records = reader.finish(token) if reader else []
-        out_file.seek(0, os.SEEK_END)
-        size = out_file.tell()
-        out_file.seek(max(0, size - keep))
-        output = out_file.read().decode(errors="replace")
-        out_file.close()
-        if size > keep:
-            output = f"[... {size - keep} bytes of output left out]\n" + output[output.find("\n") + 1:]
-        shutil.rmtree(home, ignore_errors=True)
-        return {"records": records, "output": output, "exit": p.returncode, "timed_out": timed_out,
-                "seconds": seconds}
+        return {"records": records, "output": output, "exit": handle["proc"].returncode,
+                "timed_out": handle["timed_out"], "seconds": seconds}
 
-    # -------------------------------------------------------------- a program the grader talks to
+    # -------------------------------------------------------------- a program, started and finished
     def start(self, argv, cwd_parent: Path, slot: int, pass_fds=(), env=None):
-        """Starts argv as sandbox slot `slot` and returns at once (the speed gates talk to it
-        while it runs, grader/perf_gates.py): a handle for signal() and finish(). The caller
-        keeps that slot for itself until finish()."""
+        """Starts argv as sandbox slot `slot` in a fresh directory under cwd_parent and returns
+        at once: a handle for signal() and finish(). run() uses it for a case; the speed gates
+        (grader/perf_gates.py) talk to a program while it runs. The caller keeps that slot for
+        itself until finish()."""
         uid = SANDBOX_UID + slot
-        home = Path(tempfile.mkdtemp(prefix="run-", dir=cwd_parent))
+        home = Path(tempfile.mkdtemp(prefix="case-", dir=cwd_parent))
         if self.root:
             os.chown(home, uid, uid)
         full_env = {k: v for k, v in os.environ.items() if not k.startswith("KIT_GRADER")}
@@ -179,7 +151,7 @@ class Sandbox:
                              pass_fds=pass_fds, start_new_session=True)
         with self.lock:
             self.running.add(p.pid)
-        return {"proc": p, "uid": uid, "home": home, "out": out_file}
+        return {"proc": p, "uid": uid, "home": home, "out": out_file, "timed_out": False}
 
     def signal(self, handle, sig):
         """Sends sig to every process of a started program: its tree, and (as root) every
@@ -196,13 +168,13 @@ class Sandbox:
                 pass
 
     def finish(self, handle, wait: float = 0, keep: int = OUTPUT_KEEP) -> str:
-        """Waits at most `wait` seconds for a started program to end, then kills all of it;
-        returns the end of its output."""
+        """Waits at most `wait` seconds for a started program to end (handle["timed_out"] says
+        whether it had to be stopped), then kills all of it; returns the end of its output."""
         p = handle["proc"]
         try:
             p.wait(timeout=wait)
         except subprocess.TimeoutExpired:
-            pass
+            handle["timed_out"] = True
         finally:
             _killpg(p.pid)
             p.wait()
@@ -211,9 +183,12 @@ class Sandbox:
             self.sweep(handle["uid"])
         out_file = handle["out"]
         out_file.seek(0, os.SEEK_END)
-        out_file.seek(max(0, out_file.tell() - keep))
+        size = out_file.tell()
+        out_file.seek(max(0, size - keep))
         output = out_file.read().decode(errors="replace")
         out_file.close()
+        if size > keep:
+            output = f"[... {size - keep} bytes of output left out]\n" + output[output.find("\n") + 1:]
         shutil.rmtree(handle["home"], ignore_errors=True)
         return output
 
