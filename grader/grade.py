@@ -20,6 +20,7 @@ import argparse
 import concurrent.futures
 import hashlib
 import fnmatch
+import functools
 import json
 import os
 import re
@@ -37,6 +38,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from sandbox import Sandbox  # noqa: E402
 import perf_gates  # noqa: E402
+import symbols  # noqa: E402
 
 KIT = Path(__file__).resolve().parent.parent
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -322,25 +324,38 @@ def list_cases(sandbox, programs, scratch: Path, log):
 
 
 def case_verdict(r, gtest_name, may_skip: bool, timeout):
-    """'pass', 'fail' or 'skip', and what to show: only the run's token-carrying records count."""
-    mine = [kind for kind, rest in r["records"] if rest == gtest_name and kind in ("PASS", "FAIL", "SKIP")]
-    ended = [rest for kind, rest in r["records"] if kind == "END"]
-    out = r["output"]
+    """'pass', 'fail' or 'skip', and what to show. The verdict pipe must carry exactly what the
+    kit's main() writes for one case (tests/kit_gtest_main.cpp): its signed verdict, then the
+    signed END 1. A failure line (written the moment an assertion failed) or any line the kit
+    never writes makes the case fail, whatever else the pipe says."""
+    records, out = r["records"], r["output"]
     if r["timed_out"]:
         return "fail", f"timeout: the case was stopped after {timeout} s (other cases are not affected)\n" + out
-    if mine == ["PASS"] and ended == ["1"]:
+    foreign = [rest for kind, rest in records if kind == "FOREIGN"]
+    if foreign:
+        return "fail", (f"the verdict channel carried {len(foreign)} line(s) that the kit's main() never writes "
+                        f"(the first: {foreign[0][:80]!r}): something in the test process wrote to it, so "
+                        "nothing it says counts\n" + out)
+    if any(kind == "FAILURE" for kind, _ in records):
+        return "fail", out
+    if records == [("PASS", gtest_name), ("END", "1")]:
         return "pass", out
-    if mine == ["SKIP"] and ended == ["1"]:
+    if records == [("SKIP", gtest_name), ("END", "1")]:
         if may_skip:
             return "skip", out
         return "fail", "the case was skipped, and this case may not be skipped\n" + out
+    mine = [kind for kind, rest in records if kind in ("PASS", "FAIL", "SKIP") and rest == gtest_name]
     if "FAIL" in mine:
         return "fail", out
     status = r["exit"] if r["exit"] >= 0 else f"killed by signal {-r['exit']}"
     if not mine:
         return "fail", (f"the test program ended (exit status {status}) without reporting that this case ran "
                         "to the end: it stopped early, crashed or exited from inside the code under test\n" + out)
-    return "fail", f"the test program reported {len(mine)} verdicts for this case, not one\n" + out
+    if [k for k, _ in records] == ["PASS"] or [k for k, _ in records] == ["SKIP"]:
+        return "fail", (f"the case ended but the test program did not (exit status {status}): it crashed or "
+                        "exited after the case, before GoogleTest finished\n" + out)
+    return "fail", (f"the test program reported {len(records)} verdict lines for this run, not the case's "
+                    "verdict and END 1\n" + out)
 
 
 def run_tests(sandbox, programs, cases, jobs: int, budget: int, test_timeout, may_skip, scratch: Path, log):
@@ -434,6 +449,27 @@ def token_regex(token: str) -> str:
     return re.escape(token)
 
 
+def includes(text: str):
+    """[(line, header)] of the #include lines (continuations joined, comments removed)."""
+    code = strip_comments(text)
+    out = []
+    for n, line in enumerate(code.splitlines(), 1):
+        m = re.match(r'\s*#\s*include\s*[<"]?\s*([^>"\s]*)', line)
+        if m:
+            # strip_comments blanks the insides of "...": take the name from the raw text's line
+            raw = re.sub(r"\\\r?\n", "", text).splitlines()
+            r = re.match(r'\s*#\s*include\s*[<"]([^>"]+)[>"]', raw[n - 1]) if n <= len(raw) else None
+            out.append((n, r.group(1) if r else m.group(1)))
+    return out
+
+
+@functools.lru_cache(maxsize=None)
+def test_headers():
+    """Names of the files under the kit's tests/ (a student file that includes one reaches the
+    test programs' own code)."""
+    return frozenset(p.name for p in (KIT / "tests").rglob("*") if p.is_file())
+
+
 def static_findings(found, rubric):
     """[(file, line, what, text)]: calls that have no business in a student file (rubric
     "static_checks"), in every student file; string literals are searched for the "strings" list."""
@@ -448,6 +484,11 @@ def static_findings(found, rubric):
                 hits = [t for t, rx in pats if rx.search(l)]
                 if hits:
                     out.append((f, n, what, ", ".join(t.rstrip("(") for t in hits) + ": " + l.strip()[:120]))
+        for n, header in includes(text):
+            name = Path(header).name
+            if name in test_headers() or re.search(r"gtest|gmock|(^|/)tests/", header):
+                out.append((f, n, "includes test code", f"#include {header}: the test programs' own code (their "
+                                                        "verdicts, their helpers) is not for student files"))
         for what, needles in checks.get("strings", {}).items():
             for n, lit in strings:
                 hits = [x for x in needles if x in lit]
@@ -535,6 +576,58 @@ def static_item(found, rubric, number):
         ({f for f, *_ in findings} if action == "zero" else set())
 
 
+def student_object(build_dir: Path, f: str):
+    """The object file the build compiled from student file f (libkit's or the planner's), or None."""
+    for target in ("kit", "kit_planner"):
+        for top in ("starter", "solution"):
+            obj = build_dir / "CMakeFiles" / f"{target}.dir" / top / (f + ".o")
+            if obj.is_file():
+                return obj
+    return None
+
+
+def given_objects(build_dir: Path, student_files):
+    """The objects of the given code and of the test programs in a build: what a student
+    object must not redefine, and where given code that touches files lives."""
+    mine = {str(Path(top) / (f + ".o")) for f in student_files for top in ("starter", "solution")}
+    out = []
+    for d in [build_dir / "CMakeFiles" / "kit_given.dir", build_dir / "CMakeFiles" / "kit_planner.dir",
+              build_dir / "tests"]:
+        if d.is_dir():
+            out += [o for o in sorted(d.rglob("*.o")) if not any(str(o).endswith("/" + m) for m in mine)]
+    return out
+
+
+def symbol_item(found, rubric, build_dir: Path, skip, number, action=None):
+    """The 0-point item that shows what the symbol check (grader/symbols.py) found in the
+    compiled student files, and the files it flagged (when its action is "zero", the default)."""
+    action = action or rubric.get("static_checks", {}).get("symbols", {}).get("action", "zero")
+    lines, flagged, t0 = [], set(), time.time()
+    given = symbols.GivenCode.cached(given_objects(build_dir, all_student_files()), build_dir / "kit_symbols.json")
+    for f in sorted(found):
+        if f in skip:
+            continue  # did not compile: its items score 0 already
+        obj = student_object(build_dir, f)
+        if obj is None:
+            lines.append(f"{f}: not checked (the build made no object of it)")
+            continue
+        for line, sym, why in symbols.findings_of(obj, found[f], given):
+            lines.append(f"{f}:{line or '?'}: {sym}: {why}")
+            flagged.add(f)
+    if flagged:
+        lines.append("\nThe compiled code of these files calls or defines what student code has no business "
+                     "with (the allowlist is grader/symbols.json; a line number is where the name appears in "
+                     "the source, '?' where it does not). " +
+                     ("Every item that uses a flagged file scores 0 (rubric static_checks.symbols.action = "
+                      "\"zero\")." if action == "zero" else "They cost no points; the instructor reads this list."))
+    return {"name": "Symbol check: what the compiled student code calls",
+            "number": str(number), "score": 0, "max_score": 0, "visibility": "visible",
+            "status": "failed" if flagged else "passed",
+            "output": "\n".join(lines) or f"nothing found: every symbol the student objects use is on the "
+                                          f"allowlist ({time.time() - t0:.1f} s)"}, \
+        (flagged if action == "zero" else set())
+
+
 def enabled_items(rubric, perf_gates=False):
     """The rubric without its disabled items ("enabled": false: the speed gates as shipped);
     perf_gates (--perf-gates) turns every speed gate on."""
@@ -545,7 +638,7 @@ def enabled_items(rubric, perf_gates=False):
 
 
 def grade(submission: Path, work: Path, jobs: int, items_filter=None, kit=KIT, test_timeout=None, assignment=1,
-          optimize=OPTIMIZE, perf_gates=False, machine=None):
+          optimize=OPTIMIZE, perf_gates=False, machine=None, symbol_action=None):
     rubric, log, tests_out, t0 = enabled_items(load_rubric(kit, assignment), perf_gates), [], [], time.time()
     if test_timeout is None:  # 0: each suite's own TIMEOUT (tests/CMakeLists.txt)
         test_timeout = rubric["timeouts"].get("test_case_seconds", 0)
@@ -564,7 +657,7 @@ def grade(submission: Path, work: Path, jobs: int, items_filter=None, kit=KIT, t
     try:
         with tempfile.TemporaryDirectory(prefix="grade-") as scratch:
             tests_out = grade_in(submission, work, jobs, items_filter, kit, test_timeout, rubric, log,
-                                 Path(scratch), sandbox, runs, assignment, optimize, machine)
+                                 Path(scratch), sandbox, runs, assignment, optimize, machine, symbol_action)
     finally:
         sandbox.sweep()
         left = sandbox.leftovers()
@@ -585,7 +678,7 @@ def sync_kit(kit: Path, work: Path, rubric) -> Path:
 
 
 def grade_in(submission, work, jobs, items_filter, kit, test_timeout, rubric, log, scratch, sandbox, runs,
-             assignment=1, optimize=OPTIMIZE, machine=None):
+             assignment=1, optimize=OPTIMIZE, machine=None, symbol_action=None):
     tests_out = []
     root = unpack(submission, scratch)
     found, figures, ignored = collect(root, rubric)
@@ -642,6 +735,9 @@ def grade_in(submission, work, jobs, items_filter, kit, test_timeout, rubric, lo
 
     restricted = "restrictions" in rubric  # Assignment 1's Problem 1 only
     static, zeroed = static_item(found, rubric, len(items) + 1 + restricted)
+    checked, symbol_zeroed = (None, set()) if build_broken else symbol_item(
+        found, rubric, build_dir, compile_failed, len(items) + 2 + restricted, symbol_action)
+    zeroed = zeroed | symbol_zeroed
     for number, it in enumerate(items, 1):
         entry = {"name": it["name"], "number": str(number), "max_score": it["points"], "visibility": "visible"}
         broken = [f for f in it.get("files", []) if f in compile_failed]
@@ -663,8 +759,9 @@ def grade_in(submission, work, jobs, items_filter, kit, test_timeout, rubric, lo
             entry["output"] = "\n\n".join(msg) or "the kit did not build (see the top-level output)"
         elif flagged:
             entry["score"] = 0
-            entry["output"] = ("0 points: the static checks flagged " + ", ".join(flagged) +
-                               " (see the static checks item)")
+            by = [("the symbol check" if f in symbol_zeroed else "the static checks") + " flagged " + f
+                  for f in flagged]
+            entry["output"] = "0 points: " + "; ".join(by) + " (see the static checks and symbol check items)"
         elif "performance" in it:
             entry["score"], entry["output"] = speed_gate(it, gates_built, build_dir, runs, machine, log)
         else:
@@ -693,6 +790,8 @@ def grade_in(submission, work, jobs, items_filter, kit, test_timeout, rubric, lo
                           "status": "failed" if problems else "passed", "visibility": "visible",
                           "output": "\n".join(problems) or "no include or call outside the allowed set"})
     tests_out.append(static)
+    if checked:
+        tests_out.append(checked)
     return tests_out
 
 
@@ -742,6 +841,9 @@ def main(argv=None):
     ap.add_argument("--fast-compile", action="store_true",
                     help=f"compile with {FAST_OPTIMIZE} instead of {OPTIMIZE}: about a quarter less build time "
                          "(the grader's self-tests use it; the graded cases check results, not speed)")
+    ap.add_argument("--symbol-action", choices=("zero", "flag"),
+                    help="what a finding of the symbol check costs (default: the rubric's "
+                         "static_checks.symbols.action, else zero: every item using the file scores 0)")
     args = ap.parse_args(argv)
     if args.assignment not in assignments():  # a usage error, before any results.json is written
         ap.error(f"there is no assignment {args.assignment}: this kit has assignments "
@@ -754,7 +856,7 @@ def main(argv=None):
         work = args.work or Path(tmp := tempfile.mkdtemp(prefix="grade-work-"))
         results = grade(args.submission, work.resolve(), args.jobs, args.items, test_timeout=args.test_timeout,
                         assignment=args.assignment, optimize=FAST_OPTIMIZE if args.fast_compile else OPTIMIZE,
-                        perf_gates=args.perf_gates, machine=args.machine)
+                        perf_gates=args.perf_gates, machine=args.machine, symbol_action=args.symbol_action)
     except Exception as e:  # never leave the instructor without a results.json
         results = {"score": 0, "execution_time": 0, "output": f"grader error: {type(e).__name__}: {e}",
                    "tests": [{"name": "Grading", "number": "0", "score": 0, "max_score": 100, "status": "failed",

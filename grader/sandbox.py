@@ -4,9 +4,11 @@ A submission's code runs inside the test programs, so the grader trusts nothing 
 processes print, write or return. Each case runs like this:
 
   * Verdicts: the grader makes a fresh random token per run and hands it over a pipe;
-    tests/kit_gtest_main.cpp writes "KIT-VERDICT <token> PASS|FAIL|SKIP <case>" on a second
-    pipe after the case's body ended, and "... END <n>" after GoogleTest finished. A case
-    passes only with both lines. Exit statuses, stdout and report files count for nothing.
+    tests/kit_gtest_main.cpp copies it (tee(2), never reading it into memory) into
+    "KIT-VERDICT <token> PASS|FAIL|SKIP <case>" on a second pipe after the case's body ended,
+    and "... END <n>" after GoogleTest finished. A case passes only when the pipe carries
+    exactly those two lines; any other line voids it. Exit statuses, stdout and report files
+    count for nothing.
   * Containment, strongest first (chosen once, by what this machine allows):
       root:      a PID namespace (when the program's main process ends, the kernel kills
                  every process it left, setsid and double forks included) and a separate
@@ -111,12 +113,13 @@ class Sandbox:
 
     def _run(self, argv, cwd_parent, timeout, channel, slot, keep):
         token = secrets.token_hex(16)
-        env, fds, reader = {}, [], None
+        env, fds, reader, kept = {}, [], None, None
         if channel:
             tok_r, tok_w = os.pipe()
             ver_r, ver_w = os.pipe()
             os.write(tok_w, token.encode())  # 32 bytes: always fits in the pipe
             os.close(tok_w)
+            kept = os.dup(tok_r)  # to see afterwards that nobody took the token out
             env["KIT_GRADER_CHANNEL"] = f"{tok_r}:{ver_w}"
             fds = [tok_r, ver_w]
             reader = _Reader(ver_r)
@@ -129,6 +132,11 @@ class Sandbox:
         output = self.finish(handle, wait=timeout, keep=keep)
         seconds = time.time() - t0
         records = reader.finish(token) if reader else []
+        if kept is not None and not _token_left(kept, token):
+            # The kit copies the token with tee(2) and never consumes it: whoever read it out
+            # of its pipe was not the kit, and whatever the pipe says is void.
+            records.append(("FOREIGN", "(the token was taken out of its pipe: something in the test "
+                                       "process read it)"))
         return {"records": records, "output": output, "exit": handle["proc"].returncode,
                 "timed_out": handle["timed_out"], "seconds": seconds}
 
@@ -255,15 +263,46 @@ class _Reader(threading.Thread):
             os.close(self.fd)
 
     def finish(self, token):
+        """Every line the pipe carried, classified: (kind, rest) with kind PASS, FAIL, SKIP or
+        END for a line signed with this run's token, FAILURE for "KIT-FAILURE <case>" (the kit
+        writes it, unsigned, the moment an assertion fails), and FOREIGN (rest: the line) for
+        anything else: a line the kit's main() never writes, which voids the run's verdict."""
         self.join(timeout=5)  # every writer is dead by now: EOF is immediate
         self.stop.set()
         self.join()
         records = []
-        for line in bytes(self.data).decode(errors="replace").splitlines():
+        text = bytes(self.data).decode(errors="replace")
+        lines = text.split("\n")
+        if lines and lines[-1] == "":
+            lines.pop()  # the honest stream ends with a newline
+        for line in lines:
             parts = line.split(" ", 3)
-            if len(parts) >= 3 and parts[0] == "KIT-VERDICT" and secrets.compare_digest(parts[1], token):
-                records.append((parts[2], parts[3] if len(parts) > 3 else ""))
+            signed = len(parts) == 4 and parts[0] == "KIT-VERDICT" and secrets.compare_digest(parts[1].encode(), token.encode())
+            if signed and (parts[2] in ("PASS", "FAIL", "SKIP") or (parts[2] == "END" and parts[3].isdigit())):
+                records.append((parts[2], parts[3]))
+            elif line.startswith("KIT-FAILURE ") and len(line) > len("KIT-FAILURE "):
+                records.append(("FAILURE", line[len("KIT-FAILURE "):]))
+            else:
+                records.append(("FOREIGN", line[:200]))
         return records
+
+
+def _token_left(fd, token) -> bool:
+    """Whether the token pipe (every other holder gone) still holds exactly the token; closes fd."""
+    try:
+        os.set_blocking(fd, False)
+        data = b""
+        while len(data) < 4096:
+            try:
+                chunk = os.read(fd, 4096)
+            except BlockingIOError:
+                break
+            if not chunk:
+                break
+            data += chunk
+        return data == token.encode()
+    finally:
+        os.close(fd)
 
 
 def _killpg(pid):
@@ -274,15 +313,21 @@ def _killpg(pid):
 
 
 def _pids_of_uid(uid):
+    """Processes whose real uid is uid. Read from /proc/<pid>/status, not the owner of
+    /proc/<pid>: a non-dumpable process (the test programs make themselves so under the
+    grader, and a submission could) shows as owned by root there."""
     pids = []
     for d in os.listdir("/proc"):
         if d.isdigit():
             try:
-                st = os.stat(f"/proc/{d}")
-            except FileNotFoundError:
+                status = Path(f"/proc/{d}/status").read_text()
+            except (FileNotFoundError, ProcessLookupError):
                 continue
-            if st.st_uid == uid:
-                pids.append(int(d))
+            for line in status.splitlines():
+                if line.startswith("Uid:"):
+                    if int(line.split()[1]) == uid:
+                        pids.append(int(d))
+                    break
     return pids
 
 

@@ -4,17 +4,35 @@
 // (grader/grade.py) does not trust anything a test process prints, writes or returns:
 // the student's code runs in this very process and can print GoogleTest's lines, end
 // the process with status 0 (before main, inside a test, from an atexit handler) or
-// rewrite report files. Instead the grader hands each run a fresh secret token through
-// a pipe (KIT_GRADER_CHANNEL=<token fd>:<verdict fd>) and counts a case as passed only
-// when a verdict line with that token arrives on the other pipe:
+// rewrite report files. Instead it hands each run (one case) a fresh secret token on a pipe
+// (KIT_GRADER_CHANNEL=<token fd>:<verdict fd>) and counts the case as passed only when the
+// other pipe carries exactly these lines, in this order and nothing else:
 //
-//   KIT-VERDICT <token> PASS|FAIL|SKIP <suite.case>    written after the case's body ended
-//   KIT-VERDICT <token> END <cases run>               written after RUN_ALL_TESTS returned
+//   KIT-VERDICT <token> PASS <suite.case>    written after the case's body ended
+//   KIT-VERDICT <token> END 1                written after RUN_ALL_TESTS returned
 //
-// A process that stops early writes neither; a line without the token counts for nothing.
+// (SKIP or FAIL in place of PASS; "KIT-FAILURE <suite.case>", without the token, the moment an
+// assertion fails, so that nothing the case does afterwards can take the failure back.)
+//
+// The token never enters this process's memory: the verdict line is assembled inside the
+// kernel, the token's bytes copied from one pipe to the other with tee(2), so there is no
+// secret to find by scanning the heap, the stack or gtest's state, during the case or after.
+// What a submission can still do, and what stops it (grader/README.md has the full table):
+//   - read the token pipe itself or write the verdict pipe: that takes calls on file
+//     descriptors (read, write, fcntl, ...), which the grader's symbol check finds in the
+//     compiled student objects (and both fds are close-on-exec and closed in forked children);
+//   - reach this process from another one (a rank it started, a process left behind): the
+//     process is made non-dumpable, so same-user processes cannot open /proc/<pid>/fd or
+//     /proc/<pid>/mem, nor ptrace it;
+//   - print lines, end the process, forge lines without the token: they count for nothing,
+//     and any line the kit never writes makes the case fail.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
+#if defined(__linux__)
+#include <pthread.h>
+#include <sys/prctl.h>
+#endif
 
 #include <cstdio>
 #include <cstdlib>
@@ -22,52 +40,87 @@
 
 namespace {
 
-// Writes all of `line` to fd (a pipe: short writes only under signals).
-void write_all(int fd, const std::string& line) {
+int token_fd = -1, verdict_fd = -1;
+
+// Writes all of `text` to the verdict pipe (a pipe: short writes only under signals).
+void put(const std::string& text) {
   size_t done = 0;
-  while (done < line.size()) {
-    const ssize_t n = ::write(fd, line.data() + done, line.size() - done);
+  while (done < text.size()) {
+    const ssize_t n = ::write(verdict_fd, text.data() + done, text.size() - done);
     if (n <= 0) return;  // the grader stopped listening: nothing more to tell
     done += static_cast<size_t>(n);
   }
 }
 
+// Copies the token from its pipe into the verdict pipe without consuming it or reading it
+// into memory (tee(2)): false when there is none (then the grader counts nothing).
+bool put_token() {
+#if defined(__linux__)
+  const ssize_t n = ::tee(token_fd, verdict_fd, 256, 0);
+  return n > 0;
+#else
+  return false;  // the grader runs on Linux only
+#endif
+}
+
+// "KIT-VERDICT <token> <what>\n", the token never in this process's memory.
+void put_signed(const std::string& what) {
+  put("KIT-VERDICT ");
+  if (!put_token()) {
+    put("(no token)\n");  // a malformed line: the grader counts no case of this run
+    return;
+  }
+  put(" " + what + "\n");
+}
+
+std::string name_of(const ::testing::TestInfo& info) {
+  return std::string(info.test_suite_name()) + "." + info.name();
+}
+
 class VerdictChannel : public ::testing::EmptyTestEventListener {
  public:
-  VerdictChannel(std::string token, int fd) : token_(std::move(token)), fd_(fd) {}
-
+  void OnTestStart(const ::testing::TestInfo& info) override { current_ = name_of(info); }
+  void OnTestPartResult(const ::testing::TestPartResult& part) override {
+    if (part.failed()) put("KIT-FAILURE " + current_ + "\n");  // at once: cannot be taken back
+  }
   void OnTestEnd(const ::testing::TestInfo& info) override {
     const auto* r = info.result();
-    const char* what = r->Skipped() ? "SKIP" : r->Passed() ? "PASS" : "FAIL";
     ++ran_;
-    write_all(fd_, "KIT-VERDICT " + token_ + " " + what + " " + info.test_suite_name() + "." + info.name() + "\n");
+    put_signed(std::string(r->Skipped() ? "SKIP" : r->Passed() ? "PASS" : "FAIL") + " " + name_of(info));
   }
-  void end() { write_all(fd_, "KIT-VERDICT " + token_ + " END " + std::to_string(ran_) + "\n"); }
+  void end() { put_signed("END " + std::to_string(ran_)); }
 
  private:
-  std::string token_;
-  int fd_;
+  std::string current_;
   int ran_ = 0;
 };
 
-// Reads the token the grader wrote (then closed) and keeps the verdict fd from children
-// that exec (the programs the tests start never see it).
+#if defined(__linux__)
+// A child forked without exec (a death test, a library's helper) must not inherit the channel.
+void close_channel_in_child() {
+  ::close(token_fd);
+  ::close(verdict_fd);
+  token_fd = verdict_fd = -1;
+}
+#endif
+
+// Takes the two descriptors the grader passed, keeps them from every child (exec or fork),
+// and keeps other processes of the same user out of this one.
 VerdictChannel* open_channel() {
   const char* spec = std::getenv("KIT_GRADER_CHANNEL");
   if (!spec) return nullptr;
-  int token_fd = -1, verdict_fd = -1;
   if (std::sscanf(spec, "%d:%d", &token_fd, &verdict_fd) != 2) {
     std::fprintf(stderr, "KIT_GRADER_CHANNEL=%s is not <token fd>:<verdict fd>\n", spec);
     std::exit(2);
   }
   ::unsetenv("KIT_GRADER_CHANNEL");
-  std::string token;
-  char buf[128];
-  for (ssize_t n; (n = ::read(token_fd, buf, sizeof buf)) > 0 && token.size() < 256;) token.append(buf, n);
-  ::close(token_fd);
+  ::fcntl(token_fd, F_SETFD, FD_CLOEXEC);
   ::fcntl(verdict_fd, F_SETFD, FD_CLOEXEC);
-  if (token.empty()) return nullptr;  // nothing to sign with: the grader counts no case
-  return new VerdictChannel(token, verdict_fd);
+#if defined(__linux__)
+  ::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);  // no /proc/<pid>/fd, /proc/<pid>/mem or ptrace for others
+  ::pthread_atfork(nullptr, nullptr, close_channel_in_child);
+#endif
+  return new VerdictChannel();
 }
 
 }  // namespace

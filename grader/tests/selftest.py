@@ -13,6 +13,7 @@ starter:  the stubs and no figures must score 0 (and build, and finish without a
                "edits": [{"file": "pipeline/pipe.cpp", "replace": "<text>", "with": "<text>"}, ...],
                "items": {"<item name substring>": expected points, ...},
                "test_timeout": seconds per case (optional), "output_contains": ["..."] (optional),
+               "grade_args": ["--symbol-action", "flag"] (optional: more grade.py options),
                "watch_after_s": S (optional: results.json must not change in the S seconds after
                                    the grader returned),
                "then_solution": true (optional: the solution graded next in the same work dir
@@ -87,7 +88,7 @@ def wrong_submissions_dir(assignment: int) -> Path:
     return GRADER / ("wrong_submissions" if assignment == 1 else f"assignment{assignment}/wrong_submissions")
 
 
-def grade_once(sub: Path, work: Path, jobs: int, items, test_timeout, assignment=1):
+def grade_once(sub: Path, work: Path, jobs: int, items, test_timeout, assignment=1, extra=()):
     out = work / "selftest-results.json"
     # --fast-compile (-O1): the self-tests check what is graded, not how fast the code runs.
     argv = [str(sub), "--assignment", str(assignment), "--work", str(work), "--out", str(out), "--jobs", str(jobs),
@@ -96,7 +97,7 @@ def grade_once(sub: Path, work: Path, jobs: int, items, test_timeout, assignment
         argv += ["--items"] + items
     if test_timeout:
         argv += ["--test-timeout", str(test_timeout)]
-    grade.main(argv)
+    grade.main(argv + list(extra))
     return out, out.read_bytes()
 
 
@@ -130,13 +131,23 @@ def main(argv=None):
         sub = Path(tmp) / "submission"
         sub.mkdir()
         make_submission(sub, rubric, args.name != "starter", edits)
-        out, written = grade_once(sub, work, args.jobs, items, spec.get("test_timeout"), args.assignment)
+        out, written = grade_once(sub, work, args.jobs, items, spec.get("test_timeout"), args.assignment,
+                                  spec.get("grade_args", []))
     results = json.loads(written)
     bad = []
     if spec.get("watch_after_s"):
         time.sleep(spec["watch_after_s"])
         if out.read_bytes() != written:
             bad.append(f"results.json changed in the {spec['watch_after_s']} s after the grader returned")
+    # Only a dishonest submission may be caught by the symbol check: the solution, the starter
+    # and every submission that is merely wrong compile to calls on the allowlist.
+    symbol = [t for t in results["tests"] if t["name"].startswith("Symbol check")]
+    if not args.name.startswith("cheat_"):
+        if len(symbol) != 1 and (args.name in ("solution", "starter") or symbol):
+            bad.append(f"the results have {len(symbol)} symbol check items, not 1")
+        elif symbol and symbol[0]["status"] != "passed":
+            bad.append("the symbol check found something in a submission that is not dishonest:\n"
+                       + symbol[0]["output"][:3000])
     left = leftovers(work)
     if left:
         bad.append("processes left running after grading:\n  " + "\n  ".join(left[:20]))

@@ -21,6 +21,7 @@ sys.path.insert(0, str(GRADER))
 import grade  # noqa: E402
 import perf_gates  # noqa: E402
 import sandbox  # noqa: E402
+import symbols  # noqa: E402
 
 RUBRIC = grade.load_rubric()
 
@@ -282,6 +283,102 @@ class StaticChecks(unittest.TestCase):
         self.assertEqual(zeroed, set())  # the shipped rubric flags; "zero" is the instructor's choice
 
 
+class SymbolCheck(unittest.TestCase):
+    """grader/symbols.py on small objects compiled here (g++ -c, no LibTorch: a second each)."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = Path(tempfile.mkdtemp())
+
+    def compile(self, name, code):
+        src, obj = self.dir / f"{name}.cpp", self.dir / f"{name}.o"
+        src.write_text(code)
+        subprocess.run(["c++", "-std=c++17", "-O1", "-fPIC", "-c", str(src), "-o", str(obj)], check=True)
+        return obj, src
+
+    def findings(self, name, code, given=None):
+        obj, src = self.compile(name, code)
+        return symbols.findings_of(obj, src, given)
+
+    def assertFinds(self, name, code, *needles):
+        found = self.findings(name, code)
+        text = "\n".join(f"{l}: {s}: {w}" for l, s, w in found)
+        for n in needles:
+            self.assertIn(n, text)
+        return found
+
+    def test_what_a_fair_solution_uses_is_allowed(self):
+        code = ("#include <algorithm>\n#include <cmath>\n#include <cstdio>\n#include <iostream>\n#include <map>\n"
+                "#include <memory>\n#include <mutex>\n#include <sstream>\n#include <stdexcept>\n#include <string>\n"
+                "#include <thread>\n#include <vector>\n#include <cassert>\n"
+                "namespace kit { double f(std::vector<double> v, int n) {\n"
+                "  static std::mutex mu; std::lock_guard<std::mutex> lock(mu);\n"
+                "  std::sort(v.begin(), v.end()); std::ostringstream os; os << v.size(); std::cout << os.str() << std::endl;\n"
+                "  std::printf(\"%d\\n\", n); std::fprintf(stderr, \"x\\n\"); assert(n >= 0);\n"
+                "  std::map<std::string, int> m; m[\"a\"] = 1; auto p = std::make_shared<int>(3);\n"
+                "  double s = 0; std::thread t([&] { s = std::sqrt(v[0]) + std::exp(v[0]) + std::pow(2.0, n); }); t.join();\n"
+                "  if (n > 9) throw std::runtime_error(\"n\");\n"
+                "  return s + *p + std::log1p(v.back()) + std::tanh(1.0f); } }\n")
+        self.assertEqual(self.findings("fair", code), [])
+
+    def test_descriptors_and_files_are_found_however_spelt(self):
+        found = self.assertFinds("fds", "#include <fcntl.h>\n#include <sys/uio.h>\n#include <unistd.h>\n"
+                                 "namespace kit { void f(int fd) { char b[8]; auto r = ::read; (void)!r(fd, b, 8);\n"
+                                 "  iovec v{b, 8}; (void)!writev(fd + 1, &v, 1); (void)fcntl(fd, F_GETFL); } }\n",
+                                 "read", "writev", "fcntl")
+        self.assertTrue(all("reads or writes" in w or "descriptor" in w for _, s, w in found if s in ("read", "writev")))
+
+    def test_exit_through_a_pointer_and_memory_probing_are_found(self):
+        self.assertFinds("probe", "#include <cstdlib>\n#include <malloc.h>\n#include <unistd.h>\n"
+                         "extern char __bss_start;\n"
+                         "namespace kit { long f() { void (*volatile q)(int) = std::_Exit; struct mallinfo2 mi = mallinfo2();\n"
+                         "  if (mi.arena == 7) q(0); return (char*)sbrk(0) - &__bss_start; } }\n",
+                         "_Exit", "mallinfo2", "sbrk", "__bss_start")
+
+    def test_file_streams_the_file_system_and_gtest_are_found(self):
+        self.assertFinds("streams", "#include <filesystem>\n#include <fstream>\n"
+                         "namespace testing { struct UnitTest { static UnitTest* GetInstance(); }; }\n"
+                         "namespace kit { int f() { std::ifstream in(\"/proc/self/fd/3\"); std::string s; in >> s;\n"
+                         "  return (int)s.size() + std::filesystem::exists(\"x\") + (testing::UnitTest::GetInstance() != nullptr); } }\n",
+                         "basic_ifstream", "filesystem", "testing::UnitTest::GetInstance")
+
+    def test_definitions_that_would_replace_library_code_are_found(self):
+        self.assertFinds("defs", "#include <cstddef>\n#include <new>\n#include <cstdlib>\n"
+                         "extern \"C\" long write(int, const void*, size_t) { return 0; }\n"
+                         "void* operator new(std::size_t n) { return std::malloc(n); }\n"
+                         "namespace testing { bool passed() { return true; } }\n",
+                         "write", "extern \"C\"", "operator new", "testing::passed", "library's namespace")
+
+    def test_a_helper_at_file_scope_is_not_a_finding(self):
+        self.assertEqual(self.findings("helper", "static int a(int x) { return x; }\nint helper(int x) { return a(x) + 1; }\n"
+                                       "namespace { int b() { return 2; } }\nnamespace kit { int g() { return helper(b()); } }\n"), [])
+
+    def test_a_system_call_instruction_is_found(self):
+        found = self.findings("asm", "namespace kit { long f() { long r; asm volatile(\"syscall\" : \"=a\"(r) : \"a\"(39) "
+                                     ": \"rcx\", \"r11\", \"memory\"); return r; } }\n")
+        self.assertTrue(any("system call instruction" in w for _, _, w in found), found)
+
+    def test_given_code_that_touches_files_is_denied_and_redefinitions_are_found(self):
+        io_obj, _ = self.compile("given_io", "#include <cstdio>\n#include <string>\n"
+                                 "namespace kit { int load_thing(const std::string& p) { FILE* f = std::fopen(p.c_str(), \"r\");\n"
+                                 "  return f ? std::fgetc(f) : -1; } }\n")
+        given_obj, _ = self.compile("given", "namespace kit { int add(int a, int b) { return a + b; } }\n")
+        given = symbols.GivenCode([io_obj, given_obj])
+        found = self.findings("student", "#include <string>\nnamespace kit { int load_thing(const std::string& p);\n"
+                                         "int add(int a, int b);\n"
+                                         "int f() { return load_thing(\"/proc/self/fd/3\") + add(1, 2); } }\n", given)
+        self.assertEqual([s for _, s, _ in found], ["kit::load_thing(std::__cxx11::basic_string<char, std::char_traits<char>, "
+                                                     "std::allocator<char> > const&)"])
+        self.assertIn("reads or writes files", found[0][2])
+        found = self.findings("redefines", "namespace kit { int add(int a, int b) { return a - b; } }\n", given)
+        self.assertIn("given or test code also defines", found[0][2])
+
+    def test_the_line_is_where_the_name_appears(self):
+        found = self.findings("line", "#include <unistd.h>\n\nnamespace kit {\n// write( in a comment\n"
+                                      "void f(int fd) { (void)!::write(fd, \"x\", 1); } }\n")
+        self.assertEqual([(l, s) for l, s, _ in found], [(5, "write")])
+
+
 class Verdicts(unittest.TestCase):
     def r(self, records, exit=0, timed_out=False):
         return {"records": records, "output": "", "exit": exit, "timed_out": timed_out}
@@ -297,10 +394,42 @@ class Verdicts(unittest.TestCase):
         self.assertEqual(grade.case_verdict(self.r([("PASS", "A.b"), ("END", "1")], timed_out=True),
                                             "A.b", False, 9)[0], "fail")
 
+    def test_twice_the_lines_or_an_end_first_is_not_a_pass(self):
+        for recs in ([("PASS", "A.b"), ("END", "1"), ("PASS", "A.b"), ("END", "1")],
+                     [("END", "1"), ("PASS", "A.b")], [("PASS", "A.b"), ("END", "2")],
+                     [("PASS", "A.b"), ("PASS", "A.b"), ("END", "1")]):
+            self.assertEqual(grade.case_verdict(self.r(recs), "A.b", False, 9)[0], "fail", recs)
+
+    def test_a_failure_line_cannot_be_taken_back(self):
+        # "KIT-FAILURE" is written the moment an assertion fails: a later PASS (gtest's state
+        # changed in memory) does not undo it.
+        v = grade.case_verdict(self.r([("FAILURE", "A.b"), ("PASS", "A.b"), ("END", "1")]), "A.b", False, 9)
+        self.assertEqual(v[0], "fail")
+
+    def test_any_line_the_kit_never_writes_voids_the_run(self):
+        v = grade.case_verdict(self.r([("FOREIGN", "hello"), ("PASS", "A.b"), ("END", "1")]), "A.b", False, 9)
+        self.assertEqual(v[0], "fail")
+        self.assertIn("never writes", v[1])
+
+    def test_a_crash_after_the_case_is_named(self):
+        v = grade.case_verdict(self.r([("PASS", "A.b")], exit=-11), "A.b", False, 9)
+        self.assertEqual(v[0], "fail")
+        self.assertIn("before GoogleTest finished", v[1])
+
     def test_a_skip_counts_only_where_the_rubric_allows_it(self):
         rec = self.r([("SKIP", "A.b"), ("END", "1")])
         self.assertEqual(grade.case_verdict(rec, "A.b", True, 9)[0], "skip")
         self.assertEqual(grade.case_verdict(rec, "A.b", False, 9)[0], "fail")
+
+
+# The kit's main() in a few lines of Python: the token copied with tee(2), never read. (The
+# system's interpreter: the sandbox users may not reach one in root's home.)
+PY = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
+HONEST = (PY + " -c \"import ctypes, os\n"
+          "libc = ctypes.CDLL(None, use_errno=True)\n"
+          "t, v = map(int, os.environ['KIT_GRADER_CHANNEL'].split(':'))\n"
+          "for what in (b' PASS A.b', b' END 1'):\n"
+          "    os.write(v, b'KIT-VERDICT '); assert libc.tee(t, v, 256, 0) == 32; os.write(v, what + b'\\\\n')\n\"")
 
 
 class Sandboxed(unittest.TestCase):
@@ -315,14 +444,27 @@ class Sandboxed(unittest.TestCase):
         script = ("echo '[       OK ] A.b'; echo '[  PASSED  ] 1 test.';"
                   "fd=${KIT_GRADER_CHANNEL#*:}; echo 'KIT-VERDICT 0123 PASS A.b' >&$fd; exit 0")
         r = self.sb.run(["sh", "-c", script], self.dir, 20)
-        self.assertEqual(r["records"], [])
+        self.assertEqual(r["records"], [("FOREIGN", "KIT-VERDICT 0123 PASS A.b")])
         self.assertEqual(grade.case_verdict(r, "A.b", False, 20)[0], "fail")
 
-    def test_the_token_arrives_and_a_signed_line_counts(self):
-        script = ("t=${KIT_GRADER_CHANNEL%:*}; fd=${KIT_GRADER_CHANNEL#*:};"
-                  "read -r tok <&$t; echo \"KIT-VERDICT $tok PASS A.b\" >&$fd; echo \"KIT-VERDICT $tok END 1\" >&$fd")
-        r = self.sb.run(["bash", "-c", script], self.dir, 20)
+    def test_the_token_copied_with_tee_makes_a_signed_line_that_counts(self):
+        r = self.sb.run(["sh", "-c", HONEST], self.dir, 20)
+        self.assertEqual(r["records"], [("PASS", "A.b"), ("END", "1")], r["output"])
         self.assertEqual(grade.case_verdict(r, "A.b", False, 20)[0], "pass")
+
+    def test_a_token_read_out_of_its_pipe_voids_the_run(self):
+        # Whoever read() the token is not the kit (it copies it with tee): the lines it signs count
+        # for nothing, however well formed.
+        script = ("t=${KIT_GRADER_CHANNEL%:*}; fd=${KIT_GRADER_CHANNEL#*:};"
+                  "read -r -n 32 tok <&$t; echo \"KIT-VERDICT $tok PASS A.b\" >&$fd; echo \"KIT-VERDICT $tok END 1\" >&$fd")
+        r = self.sb.run(["bash", "-c", script], self.dir, 20)
+        self.assertEqual(grade.case_verdict(r, "A.b", False, 20)[0], "fail")
+        self.assertIn("taken out of its pipe", grade.case_verdict(r, "A.b", False, 20)[1])
+
+    def test_an_extra_line_beside_the_honest_ones_voids_the_run(self):
+        r = self.sb.run(["sh", "-c", HONEST + "; echo 'KIT-VERDICT x PASS A.b' >&${KIT_GRADER_CHANNEL#*:}"],
+                        self.dir, 20)
+        self.assertEqual(grade.case_verdict(r, "A.b", False, 20)[0], "fail")
 
     def test_nothing_the_case_started_survives_it(self):
         marker = f"kit-grader-unit-{os.getpid()}-left"
