@@ -331,6 +331,9 @@ def case_verdict(r, gtest_name, may_skip: bool, timeout):
     records, out = r["records"], r["output"]
     if r["timed_out"]:
         return "fail", f"timeout: the case was stopped after {timeout} s (other cases are not affected)\n" + out
+    if any(kind == "TAKEN" for kind, _ in records):
+        return "fail", ("the run's token was taken out of its pipe (the kit's main() only copies it): something "
+                        "in the test process read it, so nothing the verdict channel says counts\n" + out)
     foreign = [rest for kind, rest in records if kind == "FOREIGN"]
     if foreign:
         return "fail", (f"the verdict channel carried {len(foreign)} line(s) that the kit's main() never writes "

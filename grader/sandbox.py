@@ -135,8 +135,7 @@ class Sandbox:
         if kept is not None and not _token_left(kept, token):
             # The kit copies the token with tee(2) and never consumes it: whoever read it out
             # of its pipe was not the kit, and whatever the pipe says is void.
-            records.append(("FOREIGN", "(the token was taken out of its pipe: something in the test "
-                                       "process read it)"))
+            records.append(("TAKEN", ""))
         return {"records": records, "output": output, "exit": handle["proc"].returncode,
                 "timed_out": handle["timed_out"], "seconds": seconds}
 
@@ -266,7 +265,8 @@ class _Reader(threading.Thread):
         """Every line the pipe carried, classified: (kind, rest) with kind PASS, FAIL, SKIP or
         END for a line signed with this run's token, FAILURE for "KIT-FAILURE <case>" (the kit
         writes it, unsigned, the moment an assertion fails), and FOREIGN (rest: the line) for
-        anything else: a line the kit's main() never writes, which voids the run's verdict."""
+        anything else: a line the kit's main() never writes, which voids the run's verdict. run()
+        adds TAKEN when the token was no longer in its pipe afterwards."""
         self.join(timeout=5)  # every writer is dead by now: EOF is immediate
         self.stop.set()
         self.join()

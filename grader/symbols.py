@@ -214,6 +214,8 @@ def source_lines(source: Path, demangled: str):
         code = source.read_text(errors="replace")
     found = []
     for n, line in enumerate(code.splitlines(), 1):
+        if line.lstrip().startswith("#"):
+            continue  # an #include names the header, not the call
         if any(re.search(r"(?<![\w])_*" + re.escape(w) + r"(?!\w)", line) for w in words if len(w) > 1):
             found.append(n)
     return found[:5]
@@ -235,7 +237,7 @@ def findings_of(obj: Path, source: Path = None, given: GivenCode = None):
                                  f"calls {what.split('(')[0]})")
         if kind != "allow":
             lines = source_lines(source, d)
-            out.append((lines[0] if lines else None, d, ("calls " if kind else "") + why))
+            out.append((lines[0] if lines else None, d, ("denied: " if kind else "") + why))
     for n, t in defs:
         d = dem[n]
         weak = t in ("W", "V", "u")

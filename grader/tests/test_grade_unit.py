@@ -459,6 +459,7 @@ class Sandboxed(unittest.TestCase):
                   "read -r -n 32 tok <&$t; echo \"KIT-VERDICT $tok PASS A.b\" >&$fd; echo \"KIT-VERDICT $tok END 1\" >&$fd")
         r = self.sb.run(["bash", "-c", script], self.dir, 20)
         self.assertEqual(grade.case_verdict(r, "A.b", False, 20)[0], "fail")
+        self.assertIn(("TAKEN", ""), r["records"])
         self.assertIn("taken out of its pipe", grade.case_verdict(r, "A.b", False, 20)[1])
 
     def test_an_extra_line_beside_the_honest_ones_voids_the_run(self):
