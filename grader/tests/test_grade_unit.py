@@ -19,6 +19,7 @@ GRADER = Path(__file__).resolve().parent.parent
 KIT = GRADER.parent
 sys.path.insert(0, str(GRADER))
 import grade  # noqa: E402
+import mutate  # noqa: E402
 import perf_gates  # noqa: E402
 import sandbox  # noqa: E402
 import symbols  # noqa: E402
@@ -377,6 +378,64 @@ class SymbolCheck(unittest.TestCase):
         found = self.findings("line", "#include <unistd.h>\n\nnamespace kit {\n// write( in a comment\n"
                                       "void f(int fd) { (void)!::write(fd, \"x\", 1); } }\n")
         self.assertEqual([(l, s) for l, s, _ in found], [(5, "write")])
+
+
+class Mutants(unittest.TestCase):
+    """grader/mutate.py's mutant generation (grading a mutant is the CI smoke run's)."""
+
+    def rules(self, code):
+        return {(r, new) for r, new in mutate.line_mutants(code)}
+
+    def test_each_rule_makes_its_change(self):
+        got = self.rules("  for (int64_t j = std::max<int64_t>(0, k - m + 1); j <= n; ++j)")
+        for want in [("relational", "  for (int64_t j = std::max<int64_t>(0, k - m + 1); j < n; ++j)"),
+                     ("arithmetic", "  for (int64_t j = std::max<int64_t>(0, k + m + 1); j <= n; ++j)"),
+                     ("constant", "  for (int64_t j = std::max<int64_t>(1, k - m + 1); j <= n; ++j)"),
+                     ("min-max", "  for (int64_t j = std::min<int64_t>(0, k - m + 1); j <= n; ++j)")]:
+            self.assertIn(want, got)
+        self.assertIn(("group", "  dist::all_reduce(t, dist::ReduceOp::SUM, dist::world_group());"),
+                      self.rules("  dist::all_reduce(t, dist::ReduceOp::SUM, group);"))
+        self.assertIn(("group", "  const int n = dist::world_group().size();"), self.rules("  const int n = group.size();"))
+        self.assertIn(("transpose", "  x = a[j][i];"), self.rules("  x = a[i][j];"))
+        self.assertIn(("scale", "  y = x;"), self.rules("  y = x / n;"))
+        self.assertIn(("detach", "  keep = out;"), self.rules("  keep = out.detach();"))
+        self.assertIn(("delete", "  ;"), self.rules("  p.grad().div_(world);"))
+        self.assertIn(("swap-args", "  f(b, a);"), self.rules("  f(a, b);"))
+
+    def test_templates_strings_and_comments_are_left_alone(self):
+        got = self.rules('  auto v = std::vector<int64_t>{}; throw Error("a < b + 1");')
+        self.assertFalse(any(r == "relational" for r, _ in got), got)
+        self.assertFalse(any('"a' not in new for r, new in got if r in ("arithmetic", "constant")), got)
+        code, comment = mutate.code_part('  x = y + 1;  // y + 1 "quoted"')
+        self.assertEqual((code, comment), ("  x = y + 1;  ", '// y + 1 "quoted"'))
+
+    def test_mutants_stay_inside_the_marked_regions_and_name_their_items(self):
+        ms = mutate.all_mutants(1, ["clock_cycles"])
+        self.assertGreater(len(ms), 10)
+        text = (KIT / "solution" / "pipeline" / "pipe.cpp").read_text().splitlines()
+        (first, last), = [(a, b) for p, f, a, b in mutate.regions(KIT / "solution" / "pipeline" / "pipe.cpp")
+                          if f == "clock_cycles"]
+        for m in ms:
+            self.assertTrue(first < m["line"] <= last + 1, m)
+            self.assertEqual(text[m["line"] - 1], m["old"])
+        self.assertEqual(mutate.items_for(RUBRIC, ms[0]), ["Problem 2.1 clock_cycles"])
+        self.assertEqual(len({m["id"] for m in ms}), len(ms))
+
+    def test_sampling_is_reproducible_and_bounded(self):
+        ms = mutate.all_mutants(1)
+        a, b = mutate.sample(ms, 3, 7), mutate.sample(ms, 3, 7)
+        self.assertEqual([m["id"] for m in a], [m["id"] for m in b])
+        per = {}
+        for m in a:
+            per[m["function"]] = per.get(m["function"], 0) + 1
+        self.assertLessEqual(max(per.values()), 3)
+
+    def test_the_report_counts_and_shows_survivors(self):
+        ms = mutate.all_mutants(1, ["clock_cycles"])[:4]
+        text = mutate.report([(ms[0], "killed"), (ms[1], "survived"), (ms[2], "not compiled"), (ms[3], "killed")],
+                             1, 60, "python3 grader/mutate.py run")
+        self.assertIn("| 2.1 | `clock_cycles` | 4 | 3 | 2 | 1 | 0 | 67 % |", text)
+        self.assertIn(ms[1]["id"], text)
 
 
 class Verdicts(unittest.TestCase):
