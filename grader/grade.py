@@ -824,7 +824,8 @@ def speed_gate(item, built, build_dir: Path, scratch: Path, machine, log):
     return (item["points"] if r["passed"] else 0), r["output"]
 
 
-def print_table(results, stream=sys.stdout):
+def print_table(results, stream=None):
+    stream = stream or sys.stdout  # looked up now: a caller may have redirected it
     width = max(len(t["name"]) for t in results["tests"])
     for t in results["tests"]:
         print(f"{t['name']:<{width}}  {t['score']:>6} / {t['max_score']:<4} {t['status']}", file=stream)

@@ -106,6 +106,8 @@ def line_mutants(code: str):
     """[(rule, new code)] for one line of code (no comment)."""
     masked, out = _strings_masked(code), []
     for rule, pat, rep in SWAPS:
+        if rule == "arithmetic" and '"' in masked:
+            continue  # "..." + std::to_string(x) + "...": a message, and - would not compile
         for m in re.finditer(pat, masked):
             out.append((rule, code[:m.start()] + rep + code[m.end():]))
     for m in re.finditer(r"(?<![\w.])(\d+)(?![\w.])", masked):  # integer literals, not in names or floats
@@ -297,17 +299,18 @@ def main(argv=None):
     if not args.work:
         ap.error("run needs --work DIR")
     t0, results = time.time(), []
+    argv_line = "python3 grader/mutate.py " + " ".join(argv if argv is not None else sys.argv[1:])
     for k, m in enumerate(ms, 1):
         status, points = grade_mutant(m, args.assignment, grade.reachable_work(args.work.resolve()), args.jobs)
         results.append((m, status))
         print(f"[{k}/{len(ms)} {time.time() - t0:.0f} s] {status:12s} {m['id']} {m['function']}: "
               f"{m['old'].strip()}  ->  {m['new'].strip()}  {points}", flush=True)
-    argv_line = "python3 grader/mutate.py " + " ".join(argv if argv is not None else sys.argv[1:])
+        if args.report:  # after every mutant: a run cut short still leaves its report
+            args.report.parent.mkdir(parents=True, exist_ok=True)
+            partial = "" if k == len(ms) else f"(partial: {k} of {len(ms)} mutants graded so far)\n\n"
+            args.report.write_text(partial + report(results, args.assignment, time.time() - t0, argv_line))
     text = report(results, args.assignment, time.time() - t0, argv_line)
     print(text)
-    if args.report:
-        args.report.parent.mkdir(parents=True, exist_ok=True)
-        args.report.write_text(text)
     equivalent = json.loads(EQUIVALENT.read_text()) if EQUIVALENT.exists() else {}
     low = []
     by_fn = {}
