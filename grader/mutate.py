@@ -135,7 +135,9 @@ def line_mutants(code: str):
         if a != b:
             out.append(("swap-args", code[:m.start()] + f"({b}, {a})" + code[m.end():]))
     stripped = code.strip()
-    if stripped.endswith(";") and not stripped.startswith(("return", "}", "{")) and "{" not in stripped:
+    declaration = re.match(r"\s*(const\s+|static\s+)*(auto|[\w:]+(<[^;]*>)?)[\s*&]+\w+\s*(=|\{|\(|;|,)", code)
+    if (stripped.endswith(";") and not stripped.startswith(("return", "}", "{")) and "{" not in stripped
+            and not declaration):  # deleting a declaration does not compile: no mutant
         out.append(("delete", re.match(r"\s*", code).group(0) + ";"))
     return out
 

@@ -400,6 +400,10 @@ class Mutants(unittest.TestCase):
         self.assertIn(("scale", "  y = x;"), self.rules("  y = x / n;"))
         self.assertIn(("detach", "  keep = out;"), self.rules("  keep = out.detach();"))
         self.assertIn(("delete", "  ;"), self.rules("  p.grad().div_(world);"))
+        self.assertIn(("delete", "  ;"), self.rules("  x = y;"))
+        for decl in ("  const int64_t m = 3;", "  torch::nn::Sequential part = parts[k];", "  Clock clock;",
+                     "  std::vector<torch::Tensor> out(n);", "  auto t = f();"):
+            self.assertNotIn("delete", {r for r, _ in self.rules(decl)}, decl)
         self.assertIn(("swap-args", "  f(b, a);"), self.rules("  f(a, b);"))
 
     def test_templates_strings_and_comments_are_left_alone(self):
