@@ -10,12 +10,12 @@ namespace kit::ring {
 // of n of a flat tensor, as a view: writing into it writes the tensor) and flat_view (a 1-d
 // view of a contiguous tensor, or a clear error).
 namespace {
-int64_t mod(int64_t a, int64_t n) { return ((a % n) + n) % n; }
-torch::Tensor ring_chunk(const torch::Tensor& flat, int64_t n, int64_t i) {
+[[maybe_unused]] int64_t mod(int64_t a, int64_t n) { return ((a % n) + n) % n; }
+[[maybe_unused]] torch::Tensor ring_chunk(const torch::Tensor& flat, int64_t n, int64_t i) {
   const Range c = chunk_range(flat.numel(), n, i);
   return flat.narrow(0, c.begin, c.size());
 }
-torch::Tensor flat_view(const torch::Tensor& t, const char* what) {
+[[maybe_unused]] torch::Tensor flat_view(const torch::Tensor& t, const char* what) {
   if (!t.is_contiguous())
     throw Error(std::string("ring::") + what + " works in place on a contiguous tensor: pass t.contiguous() and "
                 "read the result from that");
