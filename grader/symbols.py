@@ -262,11 +262,6 @@ def findings_of(obj: Path, source: Path = None, given: GivenCode = None):
     return out
 
 
-def rule_of(demangled: str):
-    """The 'why' of the rule that decides a name (for the audit)."""
-    return judge(demangled)[1]
-
-
 def audit(build: Path, kit: Path, verbose=False):
     """The check on a solution build (-DKIT_SOLUTION=ON, as CI builds it): every assignment's
     reference solution objects and starter stub objects. Returns (findings, report lines)."""
@@ -291,7 +286,7 @@ def audit(build: Path, kit: Path, verbose=False):
     only = sorted(set(used["solution"]) - set(used["starter"]))
     by_rule = {}
     for d in only:
-        by_rule.setdefault(rule_of(d), []).append(d)
+        by_rule.setdefault(judge(d)[1], []).append(d)
     lines.append(f"{len(files)} student files, solution and starter: {len(findings)} finding(s)")
     lines.append(f"symbols only the reference solutions reference ({len(only)}), by the rule that allows them:")
     for why, names in sorted(by_rule.items(), key=lambda kv: -len(kv[1])):
