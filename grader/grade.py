@@ -18,6 +18,7 @@ submission started is gone.
 """
 import argparse
 import concurrent.futures
+import dataclasses
 import hashlib
 import fnmatch
 import functools
@@ -244,18 +245,28 @@ OPTIMIZE = "-O3"       # Release, as students build
 FAST_OPTIMIZE = "-O1"  # --fast-compile: about a quarter less build time (the self-tests)
 
 
+@dataclasses.dataclass(frozen=True)
+class Compile:
+    """How the work dir's build compiles: the optimization level, and prebuilt: a finished build
+    of this same kit whose given and test objects are linked instead of compiled again (CMake's
+    KIT_PREBUILT; the self-tests pass the main build), or "" to compile everything."""
+    optimize: str = OPTIMIZE
+    prebuilt: str = ""
+
+
 def reference_stubs(work: Path) -> Path:
     """work/reference_stubs: the grader's own copy of every starter stub, which the speed gates'
     reference program is built from (CMake's KIT_REFERENCE_STUBS), out of a submission's reach."""
     return work / "reference_stubs"
 
 
-def build(work: Path, build_dir: Path, jobs: int, timeout: int, log, suites=(), optimize=OPTIMIZE, targets=None):
+def build(work: Path, build_dir: Path, jobs: int, timeout: int, log, suites=(), how=Compile(), targets=None):
     """Configure (once per setting) and build only what grading runs: the graded suites'
     test programs and what they depend on (or `targets`), not the other programs, benchmarks or plots."""
     cache = build_dir / "CMakeCache.txt"
     suites = ";".join(suites)
-    wants = [f"KIT_TEST_SUITES:STRING={suites}", f"CMAKE_CXX_FLAGS_RELEASE:STRING={optimize} -DNDEBUG",
+    wants = [f"KIT_TEST_SUITES:STRING={suites}", f"CMAKE_CXX_FLAGS_RELEASE:STRING={how.optimize} -DNDEBUG",
+             f"KIT_PREBUILT:PATH={how.prebuilt}",
              f"KIT_REFERENCE_STUBS:PATH={reference_stubs(work.parent)}"]
     have = set(cache.read_text(errors="replace").splitlines()) if cache.exists() else set()
     if any(w not in have for w in wants):  # whole lines: "=pipeline" is not "=pipeline_training"
@@ -539,7 +550,7 @@ def store_cases(cache: Path, cases, assignment: int):
 
 
 def graded_cases(kit_copy: Path, build_dir: Path, work: Path, rubric, stubs, sandbox, jobs, scratch, log,
-                 assignment=1, student_files=None, optimize=OPTIMIZE):
+                 assignment=1, student_files=None, how=Compile()):
     """The cases the kit has ({graded name: (suite, gtest name)}), listed from a build of the kit
     with its own starter stubs (so no submission's code runs while listing) and kept in
     cases_cache(); a submission cannot change which cases are graded. Each assignment keeps its
@@ -550,7 +561,7 @@ def graded_cases(kit_copy: Path, build_dir: Path, work: Path, rubric, stubs, san
     for f in rubric["student_files"]:
         put(kit_copy / "starter" / f, stubs[f])
     rc, out = build(kit_copy, build_dir, jobs, rubric["timeouts"]["build_seconds"], log, graded_suites(rubric),
-                    optimize)
+                    how)
     if rc != 0:
         raise RuntimeError("the kit with its starter stubs does not build:\n" + out[-4000:])
     cases = list_cases(sandbox, suite_programs(build_dir, graded_suites(rubric)), scratch, log)
@@ -589,24 +600,29 @@ def student_object(build_dir: Path, f: str):
     return None
 
 
-def given_objects(build_dir: Path, student_files):
-    """The objects of the given code and of the test programs in a build: what a student
-    object must not redefine, and where given code that touches files lives."""
+def given_objects(build_dir: Path, student_files, prebuilt=""):
+    """The objects of the given code and of the test programs in a build (those it linked from
+    a prebuilt build included): what a student object must not redefine, and where given code
+    that touches files lives."""
     mine = {str(Path(top) / (f + ".o")) for f in student_files for top in ("starter", "solution")}
     out = []
-    for d in [build_dir / "CMakeFiles" / "kit_given.dir", build_dir / "CMakeFiles" / "kit_planner.dir",
-              build_dir / "tests"]:
+    base = Path(prebuilt) if prebuilt else build_dir
+    dirs = [base / "CMakeFiles" / "kit_given.dir", build_dir / "CMakeFiles" / "kit_planner.dir", build_dir / "tests"]
+    if prebuilt:
+        dirs.append(base / "tests")
+    for d in dirs:
         if d.is_dir():
             out += [o for o in sorted(d.rglob("*.o")) if not any(str(o).endswith("/" + m) for m in mine)]
     return out
 
 
-def symbol_item(found, rubric, build_dir: Path, skip, number, action=None):
+def symbol_item(found, rubric, build_dir: Path, skip, number, action=None, prebuilt=""):
     """The 0-point item that shows what the symbol check (grader/symbols.py) found in the
     compiled student files, and the files it flagged (when its action is "zero", the default)."""
     action = action or rubric.get("static_checks", {}).get("symbols", {}).get("action", "zero")
     lines, flagged, t0 = [], set(), time.time()
-    given = symbols.GivenCode.cached(given_objects(build_dir, all_student_files()), build_dir / "kit_symbols.json")
+    given = symbols.GivenCode.cached(given_objects(build_dir, all_student_files(), prebuilt),
+                                   build_dir / "kit_symbols.json")
     for f in sorted(found):
         if f in skip:
             continue  # did not compile: its items score 0 already
@@ -641,7 +657,7 @@ def enabled_items(rubric, perf_gates=False):
 
 
 def grade(submission: Path, work: Path, jobs: int, items_filter=None, kit=KIT, test_timeout=None, assignment=1,
-          optimize=OPTIMIZE, perf_gates=False, machine=None, symbol_action=None):
+          how=Compile(), perf_gates=False, machine=None, symbol_action=None):
     rubric, log, tests_out, t0 = enabled_items(load_rubric(kit, assignment), perf_gates), [], [], time.time()
     if test_timeout is None:  # 0: each suite's own TIMEOUT (tests/CMakeLists.txt)
         test_timeout = rubric["timeouts"].get("test_case_seconds", 0)
@@ -660,7 +676,7 @@ def grade(submission: Path, work: Path, jobs: int, items_filter=None, kit=KIT, t
     try:
         with tempfile.TemporaryDirectory(prefix="grade-") as scratch:
             tests_out = grade_in(submission, work, jobs, items_filter, kit, test_timeout, rubric, log,
-                                 Path(scratch), sandbox, runs, assignment, optimize, machine, symbol_action)
+                                 Path(scratch), sandbox, runs, assignment, how, machine, symbol_action)
     finally:
         sandbox.sweep()
         left = sandbox.leftovers()
@@ -690,7 +706,7 @@ def sync_kit(kit: Path, work: Path, rubric) -> Path:
 
 
 def grade_in(submission, work, jobs, items_filter, kit, test_timeout, rubric, log, scratch, sandbox, runs,
-             assignment=1, optimize=OPTIMIZE, machine=None, symbol_action=None):
+             assignment=1, how=Compile(), machine=None, symbol_action=None):
     tests_out = []
     root = unpack(submission, scratch)
     found, figures, ignored = collect(root, rubric)
@@ -708,14 +724,14 @@ def grade_in(submission, work, jobs, items_filter, kit, test_timeout, rubric, lo
         put(reference_stubs(work) / f, (kit / "starter" / f).read_bytes())
     stubs = {f: (kit / "starter" / f).read_bytes() for f in rubric["student_files"]}
     cases = graded_cases(kit_copy, build_dir, work, rubric, stubs, sandbox, jobs, runs, log,
-                         assignment, every_student_file, optimize)
+                         assignment, every_student_file, how)
     for f in rubric["student_files"]:
         put(kit_copy / "starter" / f, read_nofollow(found[f]) if f in found else stubs[f])
 
     items = [it for it in rubric["items"] if not items_filter or any(k in it["name"] for k in items_filter)]
     compile_failed = {}
     rc, out = build(kit_copy, build_dir, jobs, rubric["timeouts"]["build_seconds"], log, graded_suites(rubric),
-                    optimize)
+                    how)
     while rc != 0:  # make stops at the first broken file: repeat until no new one shows up
         new = {f: e for f, e in compile_errors_by_file(out, rubric["student_files"]).items()
                if f not in compile_failed}
@@ -725,7 +741,7 @@ def grade_in(submission, work, jobs, items_filter, kit, test_timeout, rubric, lo
         for f in new:  # grade the rest: put the stub back for what does not compile
             put(kit_copy / "starter" / f, stubs[f])
         rc, out = build(kit_copy, build_dir, jobs, rubric["timeouts"]["build_seconds"], log, graded_suites(rubric),
-                    optimize)
+                    how)
     build_broken = rc != 0
     if build_broken:
         log.append("the kit did not build:\n" + out[-4000:])
@@ -742,13 +758,13 @@ def grade_in(submission, work, jobs, items_filter, kit, test_timeout, rubric, lo
     # cases, so that nothing else runs while they time.
     if any("performance" in it for it in rubric["items"]) and not build_broken:
         rc, out = build(kit_copy, build_dir, jobs, rubric["timeouts"]["build_seconds"], log, graded_suites(rubric),
-                        optimize, targets=["perf_worker", "perf_worker_reference"])
+                        how, targets=["perf_worker", "perf_worker_reference"])
         gates_built = (rc == 0, out)
 
     restricted = "restrictions" in rubric  # Assignment 1's Problem 1 only
     static, zeroed = static_item(found, rubric, len(items) + 1 + restricted)
     checked, symbol_zeroed = (None, set()) if build_broken else symbol_item(
-        found, rubric, build_dir, compile_failed, len(items) + 2 + restricted, symbol_action)
+        found, rubric, build_dir, compile_failed, len(items) + 2 + restricted, symbol_action, how.prebuilt)
     zeroed = zeroed | symbol_zeroed
     for number, it in enumerate(items, 1):
         entry = {"name": it["name"], "number": str(number), "max_score": it["points"], "visibility": "visible"}
@@ -854,6 +870,10 @@ def main(argv=None):
     ap.add_argument("--fast-compile", action="store_true",
                     help=f"compile with {FAST_OPTIMIZE} instead of {OPTIMIZE}: about a quarter less build time "
                          "(the grader's self-tests use it; the graded cases check results, not speed)")
+    ap.add_argument("--prebuilt", type=Path, metavar="BUILD",
+                    help="link the given code's and the test programs' objects from BUILD, a finished build of "
+                         "this same kit (KIT_PREBUILT), instead of compiling them again: the self-tests pass the "
+                         "main build. Only for a build of the same sources, as in CI")
     ap.add_argument("--symbol-action", choices=("zero", "flag"),
                     help="what a finding of the symbol check costs (default: the rubric's "
                          "static_checks.symbols.action, else zero: every item using the file scores 0)")
@@ -868,7 +888,9 @@ def main(argv=None):
     try:
         work = args.work or Path(tmp := tempfile.mkdtemp(prefix="grade-work-"))
         results = grade(args.submission, work.resolve(), args.jobs, args.items, test_timeout=args.test_timeout,
-                        assignment=args.assignment, optimize=FAST_OPTIMIZE if args.fast_compile else OPTIMIZE,
+                        assignment=args.assignment,
+                        how=Compile(FAST_OPTIMIZE if args.fast_compile else OPTIMIZE,
+                                    str(args.prebuilt.resolve()) if args.prebuilt else ""),
                         perf_gates=args.perf_gates, machine=args.machine, symbol_action=args.symbol_action)
     except Exception as e:  # never leave the instructor without a results.json
         results = {"score": 0, "execution_time": 0, "output": f"grader error: {type(e).__name__}: {e}",

@@ -203,7 +203,7 @@ def sample(mutants, per_function: int, seed: int):
 
 
 # ---------------------------------------------------------------- grading one
-def grade_mutant(m, assignment: int, work: Path, jobs: int):
+def grade_mutant(m, assignment: int, work: Path, jobs: int, prebuilt=None):
     """'killed' | 'survived' | 'not compiled' | 'no item', and the points per item."""
     rubric = grade.enabled_items(grade.load_rubric(assignment=assignment))
     items = items_for(rubric, m)
@@ -221,6 +221,8 @@ def grade_mutant(m, assignment: int, work: Path, jobs: int):
         out = Path(tmp) / "results.json"
         argv = [str(sub), "--assignment", str(assignment), "--work", str(work), "--out", str(out),
                 "--jobs", str(jobs), "--fast-compile", "--items"] + items
+        if prebuilt:
+            argv += ["--prebuilt", str(prebuilt)]
         import contextlib
         import io
         with contextlib.redirect_stdout(io.StringIO()):
@@ -288,6 +290,7 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--work", type=Path, help="the grader's work dir (run); reuse it: each mutant is an incremental build")
     ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--prebuilt", type=Path, metavar="BUILD", help="grade.py --prebuilt (run): as the self-tests")
     ap.add_argument("--report", type=Path, help="write the markdown report here (run)")
     ap.add_argument("--min-score", type=float, default=0,
                     help="exit 1 when a function's score (percent) is below this (run)")
@@ -303,7 +306,8 @@ def main(argv=None):
     t0, results = time.time(), []
     argv_line = "python3 grader/mutate.py " + " ".join(argv if argv is not None else sys.argv[1:])
     for k, m in enumerate(ms, 1):
-        status, points = grade_mutant(m, args.assignment, grade.reachable_work(args.work.resolve()), args.jobs)
+        status, points = grade_mutant(m, args.assignment, grade.reachable_work(args.work.resolve()), args.jobs,
+                                      args.prebuilt)
         results.append((m, status))
         print(f"[{k}/{len(ms)} {time.time() - t0:.0f} s] {status:12s} {m['id']} {m['function']}: "
               f"{m['old'].strip()}  ->  {m['new'].strip()}  {points}", flush=True)

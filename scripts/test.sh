@@ -1,20 +1,26 @@
 #!/usr/bin/env bash
-# The kit's test command: install what is missing, build the reference solution,
-# run every test, the grader's self-tests included (they grade, for every assignment, the
-# solution, the starter and each known-wrong submission: grader/wrong_submissions/ for
-# Assignment 1, grader/assignment<N>/wrong_submissions/ for assignment N). Each graded case runs
-# once, inside the solution self-tests (ctest -LE leaves out the cases they run, which
-# tests/CMakeLists.txt labels in_solution_selftest); with --quick every case runs in ctest.
-#   scripts/test.sh [--quick] [build-dir]     (default build dir: build)
-#   --quick   skip the grader self-tests (about 28 minutes of the total on 2 cores) and the
-#             tests labelled slow (the 3D grid's runs of up to 8 processes)
+# The kit's test command: install what is missing, build the reference solution, run every
+# test and the grader's self-tests of the CI tier: for every assignment the solution (every
+# graded case, which must all pass) and the known-wrong submissions whose expected.json says
+# "in_ci": true (grader/wrong_submissions/ for Assignment 1, grader/assignment<N>/wrong_submissions/
+# for assignment N). Each graded case runs once, inside the solution self-tests (ctest -LE leaves
+# out the cases they run, which tests/CMakeLists.txt labels in_solution_selftest).
+#   scripts/test.sh [--quick|--full] [build-dir]     (default build dir: build)
+#   --quick   no grader self-tests and no tests labelled slow (the 3D grid's runs of up to 8
+#             processes): every case runs in ctest itself
+#   --full    every grader self-test: each known-wrong submission, the dishonest ones included,
+#             and the starters (about 35 minutes more on 2 cores); run it before a release and
+#             after changing a rubric, a test the rubrics grade or the grader
 # It installs python3-torch too and requires it: the tests that read the kit's checkpoints
 # with Python's torch.load fail here, instead of skipping, when PyTorch is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SELFTESTS=ON
-SKIP=(-LE '^in_solution_selftest$')   # ctest takes one -LE: what this run leaves out
-if [[ "${1:-}" == "--quick" ]]; then SELFTESTS=OFF; SKIP=(-LE '^slow$'); shift; fi
+SKIP=(-LE '^(in_solution_selftest|grader_selftest_full)$')   # ctest takes one -LE: what this run leaves out
+case "${1:-}" in
+  --quick) SELFTESTS=OFF; SKIP=(-LE '^slow$'); shift ;;
+  --full) SKIP=(-LE '^in_solution_selftest$'); shift ;;
+esac
 BUILD=${1:-build}
 JOBS=$(nproc 2>/dev/null || echo 2)
 

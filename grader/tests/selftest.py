@@ -17,11 +17,15 @@ starter:  the stubs and no figures must score 0 (and build, and finish without a
                "watch_after_s": S (optional: results.json must not change in the S seconds after
                                    the grader returned),
                "then_solution": true (optional: the solution graded next in the same work dir
-                                      must still score full marks)}
+                                      must still score full marks),
+               "in_ci": true (optional: in the tier scripts/test.sh runs; the others run with
+                              scripts/test.sh --full, tests/CMakeLists.txt)}
           The submission is the solution files with those edits (each "replace" text must occur
           exactly once in solution/<file>, so an edit that no longer fits the solution is an
           error, not a silently correct submission) plus figures; only the listed items are graded.
-All self-tests, of every assignment, share one --work dir, so each is an incremental rebuild. Each grades through
+All self-tests, of every assignment, share one --work dir, so each is an incremental rebuild;
+with --prebuilt BUILD (ctest passes the main build) the work dir links BUILD's given and test
+objects instead of compiling them (grade.py --prebuilt). Each grades through
 grade.py's command line (results.json written into the work dir, where a submission's leftover
 processes would look for it), and fails when any process runs a program from the work dir
 after the grader returned.
@@ -88,7 +92,7 @@ def wrong_submissions_dir(assignment: int) -> Path:
     return GRADER / ("wrong_submissions" if assignment == 1 else f"assignment{assignment}/wrong_submissions")
 
 
-def grade_once(sub: Path, work: Path, jobs: int, items, test_timeout, assignment=1, extra=()):
+def grade_once(sub: Path, work: Path, jobs: int, items, test_timeout, assignment=1, extra=(), prebuilt=None):
     out = work / "selftest-results.json"
     # --fast-compile (-O1): the self-tests check what is graded, not how fast the code runs.
     argv = [str(sub), "--assignment", str(assignment), "--work", str(work), "--out", str(out), "--jobs", str(jobs),
@@ -97,6 +101,8 @@ def grade_once(sub: Path, work: Path, jobs: int, items, test_timeout, assignment
         argv += ["--items"] + items
     if test_timeout:
         argv += ["--test-timeout", str(test_timeout)]
+    if prebuilt:  # the main build's given and test objects, linked rather than compiled again
+        argv += ["--prebuilt", str(prebuilt)]
     grade.main(argv + list(extra))
     return out, out.read_bytes()
 
@@ -108,6 +114,9 @@ def main(argv=None):
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--assignment", type=int, default=1, metavar="N",
                     help="which assignment's rubric, solution and wrong submissions (default 1)")
+    ap.add_argument("--prebuilt", type=Path, metavar="BUILD",
+                    help="grade.py --prebuilt: link the given and test objects of BUILD, a finished build of "
+                         "this checkout (ctest passes the main build), instead of compiling them again")
     args = ap.parse_args(argv)
     if args.assignment not in grade.assignments():
         ap.error(f"there is no assignment {args.assignment}: this kit has assignments "
@@ -130,7 +139,7 @@ def main(argv=None):
         sub.mkdir()
         make_submission(sub, rubric, args.name != "starter", edits)
         out, written = grade_once(sub, work, args.jobs, items, spec.get("test_timeout"), args.assignment,
-                                  spec.get("grade_args", []))
+                                  spec.get("grade_args", []), args.prebuilt)
     results = json.loads(written)
     bad = []
     if spec.get("watch_after_s"):

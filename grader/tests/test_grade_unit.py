@@ -215,18 +215,26 @@ class Assignments(unittest.TestCase):
                 b = Path(tmp)
                 (b / "CMakeCache.txt").write_text("KIT_TEST_SUITES:STRING=pipeline_training\n"
                                                   "CMAKE_CXX_FLAGS_RELEASE:STRING=-O3 -DNDEBUG\n"
+                                                  "KIT_PREBUILT:PATH=\n"
                                                   f"KIT_REFERENCE_STUBS:PATH={b.parent / 'reference_stubs'}\n")
                 grade.build(b, b, 1, 10, [], ["pipeline"])
                 grade.build(b, b, 1, 10, [], ["pipeline_training"])
-                grade.build(b, b, 1, 10, [], ["pipeline_training"], optimize=grade.FAST_OPTIMIZE)
+                grade.build(b, b, 1, 10, [], ["pipeline_training"], how=grade.Compile(grade.FAST_OPTIMIZE))
+                (b / "CMakeCache.txt").write_text("KIT_TEST_SUITES:STRING=pipeline_training\n"
+                                                  "CMAKE_CXX_FLAGS_RELEASE:STRING=-O3 -DNDEBUG\n"
+                                                  "KIT_PREBUILT:PATH=\n"
+                                                  f"KIT_REFERENCE_STUBS:PATH={b.parent / 'reference_stubs'}\n")
+                grade.build(b, b, 1, 10, [], ["pipeline_training"], how=grade.Compile(prebuilt="/main/build"))
         finally:
             grade.run = real
         configures = [c for c in calls if "-S" in c]
-        self.assertEqual(len(configures), 2)  # the suffix, then the other optimization level
+        self.assertEqual(len(configures), 3)  # the suffix, the other optimization level, a prebuilt tree
         self.assertIn("-DKIT_TEST_SUITES:STRING=pipeline", configures[0])
         self.assertIn("-DCMAKE_CXX_FLAGS_RELEASE:STRING=-O1 -DNDEBUG", configures[1])
+        self.assertIn("-DKIT_PREBUILT:PATH=/main/build", configures[2])
         self.assertEqual([c[-1] for c in calls if "--build" in c],
-                         ["test_pipeline", "test_pipeline_training", "test_pipeline_training"])
+                         ["test_pipeline", "test_pipeline_training", "test_pipeline_training",
+                          "test_pipeline_training"])
 
 
 class Run(unittest.TestCase):

@@ -36,10 +36,8 @@
 #include "model/gpt2.h"
 #include "project/utils.h"
 #include "train/loop.h"
+#include "build_programs.h"
 
-#ifndef KIT_RUN_DATA_PARALLEL
-#error "tests/CMakeLists.txt must define KIT_RUN_DATA_PARALLEL (the path of run_data_parallel)"
-#endif
 
 namespace {
 namespace fs = std::filesystem;
@@ -69,7 +67,7 @@ struct Tiny {
   }
   std::vector<std::string> args() const {
     const auto c = data_config();
-    return {KIT_RUN_DATA_PARALLEL, "--preset", "tiny", "--dropout", "0", "--data-dir", c.dir,
+    return {kit_test::build_program("run_data_parallel"), "--preset", "tiny", "--dropout", "0", "--data-dir", c.dir,
             "--n-train", std::to_string(c.n_train), "--n-valid", std::to_string(c.n_valid),
             "--n-test", std::to_string(c.n_test), "--seq-len", std::to_string(c.seq_len),
             "--vocab-size", std::to_string(c.vocab_size), "--batch-size", std::to_string(kGlobalBatch),

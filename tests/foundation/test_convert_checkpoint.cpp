@@ -16,6 +16,7 @@
 #include "foundation/checkpoint_test_util.h"
 #include "model/checkpoint.h"
 #include "model/ordered_dict_pickle.h"
+#include "build_programs.h"
 
 namespace {
 using kit_test::error_of;
@@ -249,7 +250,7 @@ TEST(Python, StateDictSavedByTorchSaveImports) {
 
 // build/convert_checkpoint itself: a round trip, and a wrong preset named with the fix.
 TEST(ConvertCheckpointProgram, RoundTripsAndNamesTheRightPreset) {
-  const std::string program = std::string(KIT_BINARY_DIR) + "/convert_checkpoint";
+  const std::string program = kit_test::build_program("convert_checkpoint");
   ASSERT_TRUE(std::filesystem::exists(program)) << program << " is missing: build it (cmake --build build)";
   auto cfg = kit::gpt2_preset("tiny");
   cfg.vocab_size = 40;  // the presets leave it to the tokenizer: the program reads it off the file

@@ -13,15 +13,13 @@
 #include "kit/errors.h"
 #include "model/checkpoint.h"
 #include "model/gpt2.h"
+#include "build_programs.h"
 
-#ifndef KIT_RUN_3D
-#error "tests/CMakeLists.txt must define KIT_RUN_3D (the path of run_3d)"
-#endif
 
 namespace {
 
 std::vector<std::string> args(int dp, int pp, int tp, const std::string& dir) {
-  return {KIT_RUN_3D, "--dp", std::to_string(dp), "--pp", std::to_string(pp), "--tp", std::to_string(tp),
+  return {kit_test::build_program("run_3d"), "--dp", std::to_string(dp), "--pp", std::to_string(pp), "--tp", std::to_string(tp),
           "--preset", "tiny", "--n-layer", "2", "--dropout", "0", "--batch-size", "4", "--chunks", "2",
           "--seq-len", "16", "--vocab-size", "64", "--steps", "2", "--lr", "0.01", "--seed", "7", "--threads",
           "1", "--no-progress", "--out", dir + "/metrics/{rank}.json", "--save", dir + "/whole.pt"};

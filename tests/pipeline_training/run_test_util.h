@@ -16,10 +16,8 @@
 #include "pipeline_training/action.h"
 #include "train/loop.h"
 #include "train/loss.h"
+#include "build_programs.h"
 
-#ifndef KIT_RUN_PIPELINE_TRAINING
-#error "tests/CMakeLists.txt must define KIT_RUN_PIPELINE_TRAINING (the path of run_pipeline_training)"
-#endif
 
 namespace pp_run {
 using Env = std::vector<std::pair<std::string, std::string>>;
@@ -39,7 +37,7 @@ struct RunSpec {
 };
 
 inline std::vector<std::string> program_args(const RunSpec& s, const std::string& dir) {
-  return {KIT_RUN_PIPELINE_TRAINING, "--world-size", std::to_string(s.ranks), "--schedule", s.schedule,
+  return {kit_test::build_program("run_pipeline_training"), "--world-size", std::to_string(s.ranks), "--schedule", s.schedule,
           "--chunks", std::to_string(s.microbatches), "--virtual", std::to_string(s.virtual_chunks),
           "--preset", "tiny", "--n-layer", std::to_string(s.n_layer), "--dropout", "0",
           "--batch-size", std::to_string(kBatch), "--seq-len", std::to_string(kSeqLen),

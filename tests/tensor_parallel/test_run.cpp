@@ -12,10 +12,8 @@
 #include "kit/config.h"
 #include "model/checkpoint.h"
 #include "model/gpt2.h"
+#include "build_programs.h"
 
-#ifndef KIT_RUN_TENSOR_PARALLEL
-#error "tests/CMakeLists.txt must define KIT_RUN_TENSOR_PARALLEL (the path of run_tensor_parallel)"
-#endif
 
 namespace {
 
@@ -23,7 +21,7 @@ namespace {
 constexpr int64_t kHeads = 4, kVocab = 64, kBatch = 4, kSeqLen = 16, kSteps = 2;
 
 std::vector<std::string> args(int t, const std::string& dir, int64_t vocab = kVocab) {
-  return {KIT_RUN_TENSOR_PARALLEL, "--world-size", std::to_string(t), "--preset", "tiny", "--n-head",
+  return {kit_test::build_program("run_tensor_parallel"), "--world-size", std::to_string(t), "--preset", "tiny", "--n-head",
           std::to_string(kHeads), "--dropout", "0", "--batch-size", std::to_string(kBatch), "--seq-len",
           std::to_string(kSeqLen), "--vocab-size", std::to_string(vocab), "--steps", std::to_string(kSteps),
           "--lr", "0.001", "--seed", "7", "--threads", "1", "--no-progress",

@@ -13,10 +13,8 @@
 #include "data_parallel/dp_test_util.h"
 #include "kit/config.h"
 #include "model/gpt2.h"
+#include "build_programs.h"
 
-#ifndef KIT_RUN_ZERO
-#error "tests/CMakeLists.txt must define KIT_RUN_ZERO (the path of run_zero)"
-#endif
 
 namespace {
 
@@ -27,7 +25,7 @@ constexpr int64_t kVocab = 64, kBatch = 2, kSeqLen = 16, kSteps = 4;
 constexpr double kRelTol = 1e-5;
 
 std::vector<std::string> args(const std::string& optimizer, const std::string& dir, const std::string& lr = "0.01") {
-  return {KIT_RUN_ZERO, "--world-size", "2", "--optimizer", optimizer, "--preset", "tiny", "--dropout", "0",
+  return {kit_test::build_program("run_zero"), "--world-size", "2", "--optimizer", optimizer, "--preset", "tiny", "--dropout", "0",
           "--batch-size", std::to_string(kBatch), "--seq-len", std::to_string(kSeqLen), "--vocab-size",
           std::to_string(kVocab), "--steps", std::to_string(kSteps), "--lr", lr, "--weight-decay", "0.1",
           "--seed", "7", "--threads", "1", "--no-progress", "--out", dir + "/metrics/{rank}.json"};
