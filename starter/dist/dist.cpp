@@ -406,8 +406,10 @@ void init_process_group(const std::string& backend, int rank, int world_size, co
     c10::cuda::set_device(static_cast<c10::DeviceIndex>(local));
     g->device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(local));
     // Blocking wait makes Work::wait() honour the timeout instead of waiting forever.
-    setenv("NCCL_BLOCKING_WAIT", "1", 0);
     setenv("TORCH_NCCL_BLOCKING_WAIT", "1", 0);
+#if !KIT_NCCL_BLOCKING_WAIT_NEW_ONLY
+    setenv("NCCL_BLOCKING_WAIT", "1", 0);
+#endif
     g->store = connect_store(master_addr, master_port, rank, world_size, g->timeout);
     auto opts = c10d::ProcessGroupNCCL::Options::create();
     opts->timeout = g->timeout;
@@ -662,6 +664,16 @@ int open_channel(const std::string& name) {
   return id;
 }
 
+namespace {
+// Drops one backend, shutting an NCCL one down first where LibTorch wants it (kit/compat.h).
+void release(Backend& b) {
+#if KIT_NCCL_SHUTDOWN
+  if (auto* nccl = dynamic_cast<c10d::ProcessGroupNCCL*>(b.get())) nccl->shutdown();
+#endif
+  b.reset();
+}
+}  // namespace
+
 void destroy_process_group() {
   std::lock_guard<std::mutex> lock(g_mutex);
   if (!g_world) return;
@@ -676,9 +688,9 @@ void destroy_process_group() {
   }
   g_world = nullptr;
   // Handles to groups may outlive this: they see a released group (Group::state says so).
-  for (auto& [name, s] : w->groups) s->backend.reset();
-  for (auto& s : w->channels) s->backend.reset();
-  w->world->backend.reset();
+  for (auto& [name, s] : w->groups) release(s->backend);
+  for (auto& s : w->channels) release(s->backend);
+  release(w->world->backend);
   w->store.reset();
 }
 

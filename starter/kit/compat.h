@@ -44,6 +44,22 @@ using C10dBackend = ::c10d::ProcessGroup;
 #define KIT_HAVE_NCCL 0
 #endif
 
+// ---- shutting down an NCCL backend ---------------------------------------------
+// From LibTorch 2.4 a ProcessGroupNCCL is shut down before it is destroyed (Python's
+// destroy_process_group calls shutdown()): its destructor otherwise warns "destroy_process_group()
+// was not called before program exit, which can leak resources" (seen on an H200 with
+// LibTorch 2.11) and leaves its communicators to the process's exit.
+#if KIT_HAVE_NCCL && KIT_TORCH_AT_LEAST(2, 4)
+#define KIT_NCCL_SHUTDOWN 1
+#else
+#define KIT_NCCL_SHUTDOWN 0
+#endif
+
+// The variable that makes an NCCL Work::wait() honour its timeout: NCCL_BLOCKING_WAIT in 1.13,
+// TORCH_NCCL_BLOCKING_WAIT later, and LibTorch 2.11 warns when the old name is set. Where the
+// rename's release is not certain (2.0 to 2.3) the kit sets both.
+#define KIT_NCCL_BLOCKING_WAIT_NEW_ONLY KIT_TORCH_AT_LEAST(2, 4)
+
 // ---- c10::Allocator, implemented by kit/memory.cpp's counting allocator -----------
 // LibTorch 2.3 dropped `const` from Allocator::allocate (and made copy_data, which the
 // counting allocator defines in any version, pure virtual).
