@@ -92,6 +92,26 @@ TEST(PlannerCost, DataParallelUsesTheLinkItsGroupSpans) {
   EXPECT_EQ(pl::data_parallel_seconds(1e6, {6}, c), 0.0);
 }
 
+TEST(PlannerCost, TensorParallelOnFourAndEightRanks) {
+  // Where 2(t - 1)/t is not 1: t = 4 sends 6/4 of the 40 kB in 6 messages, t = 8 14/8 in 14.
+  const pl::ModelSpec m = two_layers();
+  const double four = 6 * 1e-5 + 1.5 * 40e3 / 1e9, eight = 14 * 1e-5 + 1.75 * 40e3 / 1e9;
+  EXPECT_NEAR(pl::tensor_parallel_seconds(m, 0, 2, 100, 4, kLink), 5 * four, 1e-15);
+  EXPECT_NEAR(pl::tensor_parallel_seconds(m, 0, 1, 100, 8, kLink), 4 * eight, 1e-15);
+}
+
+TEST(PlannerCost, InterleavedInFlightIsCappedByTheMicroBatches) {
+  // p = 4, v = 2, m = 4: rank 0 would hold 6 micro-batches' worth (11 chunks) and rank 1 5
+  // (9 chunks), but there are only 4; rank 3 holds 3 (5 chunks).
+  EXPECT_EQ(pl::in_flight_micro_batches(0, 4, 4, pl::Schedule::interleaved, 2), 4);
+  EXPECT_EQ(pl::in_flight_micro_batches(1, 4, 4, pl::Schedule::interleaved, 2), 4);
+  EXPECT_EQ(pl::in_flight_micro_batches(3, 4, 4, pl::Schedule::interleaved, 2), 3);
+  // p = 2, v = 4, m = 8: rank 0 warms up 2 + 3 x 2 = 8 chunks and holds 9, a quarter of its
+  // layers each: 2.25, rounded up; rank 1: 6 + 1 = 7 chunks, 1.75: 2.
+  EXPECT_EQ(pl::in_flight_micro_batches(0, 2, 8, pl::Schedule::interleaved, 4), 3);
+  EXPECT_EQ(pl::in_flight_micro_batches(1, 2, 8, pl::Schedule::interleaved, 4), 2);
+}
+
 TEST(PlannerCost, MicroBatchesInFlightOfEachSchedule) {
   for (int64_t s = 0; s < 4; ++s) EXPECT_EQ(pl::in_flight_micro_batches(s, 4, 8, pl::Schedule::gpipe), 8);
   const std::vector<int64_t> one_f_one_b{4, 3, 2, 1};  // SPEC: peak in-flight p - r
@@ -130,4 +150,24 @@ TEST(PlannerCost, MemoryPerRankWithAndWithoutZeroAndActivationsInFlight) {
   EXPECT_DOUBLE_EQ(mem.parameters, 150);
   EXPECT_DOUBLE_EQ(mem.gradients, 75);
   EXPECT_DOUBLE_EQ(mem.optimizer, 150);
+}
+
+TEST(PlannerCost, MemoryOfALaterLayerOnFourTensorRanksInterleaved) {
+  // Layer b alone (300 parameter bytes, 30 activation bytes per token), t = 4, d = 1, p = 4,
+  // interleaved with v = 2, 8 tokens per micro-batch, m = 8.
+  const pl::ModelSpec m = two_layers();
+  pl::Strategy s;
+  s.dp = 1, s.pp = 4, s.tp = 4, s.schedule = pl::Schedule::interleaved, s.chunks = 2;
+  pl::Memory mem = pl::memory_per_rank(m, 1, 2, 8, s, 0, 8);
+  EXPECT_DOUBLE_EQ(mem.parameters, 75);
+  EXPECT_DOUBLE_EQ(mem.gradients, 75);
+  EXPECT_DOUBLE_EQ(mem.optimizer, 150);
+  // 30 x 8 / 4 = 60 bytes per micro-batch; rank 0 holds 6 of them (11 chunks of half its layers).
+  EXPECT_DOUBLE_EQ(mem.activations, 360);
+  EXPECT_DOUBLE_EQ(pl::memory_per_rank(m, 1, 2, 8, s, 3, 8).activations, 180);  // rank 3: 3
+  s.dp = 4, s.zero_stage = 2;  // the moments and the gradients sharded over d = 4
+  mem = pl::memory_per_rank(m, 1, 2, 8, s, 0, 8);
+  EXPECT_DOUBLE_EQ(mem.gradients, 18.75);
+  EXPECT_DOUBLE_EQ(mem.optimizer, 37.5);
+  EXPECT_DOUBLE_EQ(mem.activations, 360);  // data parallelism keeps the activations per rank
 }

@@ -78,6 +78,19 @@ TEST(PlannerPartition, MatchesBruteForceOnRandomCosts) {
       }
 }
 
+TEST(PlannerPartition, EveryStageGetsALayerEvenWhenEmptyWouldBeFaster) {
+  // One device 100x slower than the other: leaving its stage empty would be fastest, but every
+  // stage holds at least one layer (an empty stage is a rank with nothing to do).
+  const Costs slow_second{{1, 1, 1}, {100, 100, 100}};
+  expect_valid(pl::partition_layers(slow_second), 2, 3);
+  EXPECT_EQ(pl::partition_layers(slow_second), (std::vector<int64_t>{2, 1}));
+  const Costs slow_first{{100, 100, 100}, {1, 1, 1}};
+  EXPECT_EQ(pl::partition_layers(slow_first), (std::vector<int64_t>{1, 2}));
+  // As many layers as stages: one each, whatever the costs.
+  const Costs one_each{{1, 1, 1, 1}, {50, 50, 50, 50}, {1, 1, 1, 1}, {50, 50, 50, 50}};
+  EXPECT_EQ(pl::partition_layers(one_each), (std::vector<int64_t>{1, 1, 1, 1}));
+}
+
 TEST(PlannerPartition, FewerLayersThanStagesIsAClearError) {
   try {
     pl::partition_layers(Costs(3, {1, 1}));

@@ -1,7 +1,8 @@
 // Problem 5.1: ring reduce-scatter, all-gather and all-reduce against the dist layer's own
 // all-reduce, on n = 2, 3, 4, 5 Gloo processes, float32 and float64, tensors of 1, 7 and 10^6
 // elements (n = 3 and 4 divide neither 7 nor 10^6: chunks of unequal sizes, some empty), and
-// the bytes each rank sends, counted by the dist layer. Tolerance: the ring adds in another
+// the bytes each rank sends, counted by the dist layer; groups of one rank inside a world of two
+// and a non-contiguous tensor. Tolerance: the ring adds in another
 // order than Gloo, so 1e-5 + 1e-5 |want| (float32) and 1e-12 + 1e-12 |want| (float64).
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -139,6 +140,47 @@ RANK_ROLE(ring_all_reduce_subgroup) {
   EXPECT_TRUE(close(t, want, torch::kFloat64)) << "a 2 x 3 tensor";
 }
 
+// n = 1 on groups smaller than the world: ranks 0 and 1 each run the ring on a group of their
+// own. There is nothing to exchange, so the tensor stays as it is and nothing is sent (code that
+// talks to the world instead of the group it is given sums the two ranks here).
+RANK_ROLE(ring_one_rank_groups) {
+  const dist::Group solo0 = dist::new_group({0}, "ring_solo0");
+  const dist::Group solo1 = dist::new_group({1}, "ring_solo1");
+  const dist::Group& solo = group.rank() == 0 ? solo0 : solo1;
+  for (const int64_t numel : kSizes) {
+    const torch::Tensor mine = input_of(group.rank(), numel, torch::kFloat32);
+    torch::Tensor t = mine.clone();
+    dist::reset_counters();
+    ring::ring_reduce_scatter(t, solo);
+    ring::ring_all_gather(t, solo);
+    ring::ring_all_reduce(t, solo);
+    EXPECT_TRUE(torch::equal(t, mine)) << "the three collectives on a group of one rank (rank " << group.rank()
+                                       << " alone), " << numel << " elements: the tensor must stay as it is";
+    EXPECT_EQ(dist::counters().send_bytes, 0) << "bytes sent on a group of one rank, " << numel << " elements";
+  }
+}
+
+// A tensor that is not contiguous (a transposed view): a clear error that names contiguity, or
+// the right sums in place. Not a silent copy (reshape) that leaves the caller's tensor unchanged.
+RANK_ROLE(ring_not_contiguous) {
+  const torch::Tensor base = input_of(group.rank(), 12, torch::kFloat64).view({3, 4});
+  torch::Tensor t = base.clone().t();
+  ASSERT_FALSE(t.is_contiguous());
+  const torch::Tensor want = reference_sum(t.contiguous(), group);
+  try {
+    ring::ring_all_reduce(t, group);
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("contiguous"), std::string::npos)
+        << "ring_all_reduce on a transposed 4 x 3 view threw, but its message does not say the tensor must be "
+           "contiguous: "
+        << e.what();
+    return;
+  }
+  EXPECT_TRUE(close(t, want, torch::kFloat64))
+      << "ring_all_reduce on a transposed 4 x 3 view returned without an error but the view does not hold the "
+         "sums: work in place on the caller's tensor, or reject it (reshape copies a non-contiguous tensor)";
+}
+
 void run_for_world_sizes(const std::string& role, const std::vector<int>& world_sizes) {
   for (const int n : world_sizes) {
     const auto run = run_ranks(n, role, 90);
@@ -160,6 +202,16 @@ TEST(Ring, AllReduceEqualsTheBuiltInAndSendsTwoNMinusOneOverNOfTheTensor) { run_
 TEST(Ring, AllReduceWorksOnASubgroup) {
   const auto run = run_ranks(4, "ring_all_reduce_subgroup", 60);
   expect_all_ranks_pass(run, 4, "ring_all_reduce on a subgroup");
+}
+
+TEST(Ring, OneRankGroupsLeaveTheTensorAndSendNothing) {
+  const auto run = run_ranks(2, "ring_one_rank_groups", 60);
+  expect_all_ranks_pass(run, 2, "the ring on groups of one rank");
+}
+
+TEST(Ring, NonContiguousTensorIsRejectedOrReducedInPlace) {
+  const auto run = run_ranks(2, "ring_not_contiguous", 60);
+  expect_all_ranks_pass(run, 2, "ring_all_reduce on a non-contiguous tensor");
 }
 
 TEST(Ring, ChunkRangeCoversEveryElementOnce) {
