@@ -85,6 +85,18 @@ TP_ROLE(parallel_block) {
   EXPECT_EQ(all.all_gather_calls, 0) << "a block never gathers";
 }
 
+// Tensor groups smaller than the world (as in the 3D grid): world 4, groups {0, 2} and {1, 3}
+// of t = 2 each. A layer that communicates on the world instead of the group it is given sums
+// the two groups' identical shares here.
+TP_ROLE(parallel_block_subgroups) {
+  const kit::dist::Group even = kit::dist::new_group({0, 2}, "tp_even");
+  const kit::dist::Group odd = kit::dist::new_group({1, 3}, "tp_odd");
+  const kit::dist::Group& mine = even.is_member() ? even : odd;
+  torch::manual_seed(3);
+  const auto cfg = tp_test::tiny_config();
+  expect_parallel_equals_full(kit::Block(cfg), tp::ParallelBlock(cfg, mine), mine, "block on a tensor group");
+}
+
 TEST(TPBlock, ParallelAttentionEqualsCausalSelfAttention) {
   for (int t : {1, 2, 4}) tp_test::expect_all_ranks_pass(tp_test::run_ranks(t, "parallel_attention"), t, "attention");
 }
@@ -95,6 +107,11 @@ TEST(TPBlock, ParallelMLPEqualsMLP) {
 
 TEST(TPBlock, ParallelBlockEqualsBlockWithTwoAllReducesForwardAndTwoBackward) {
   for (int t : {1, 2, 4}) tp_test::expect_all_ranks_pass(tp_test::run_ranks(t, "parallel_block"), t, "block");
+}
+
+TEST(TPBlock, ParallelBlockOnTensorGroupsSmallerThanTheWorld) {
+  tp_test::expect_all_ranks_pass(tp_test::run_ranks(4, "parallel_block_subgroups"), 4,
+                                 "block on tensor groups {0, 2} and {1, 3}");
 }
 
 }  // namespace

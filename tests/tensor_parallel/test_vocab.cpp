@@ -40,12 +40,20 @@ TP_ROLE(vocab_parallel_embedding) {
 
 // Logits (B, T, V) = offset + scale * N(0, 1); labels in every rank's range; a mask with a
 // row that counts nothing and a row that counts part of its tokens.
-void expect_cross_entropy_equal(const kit::dist::Group& group, double offset, double scale) {
+// With boundary_labels, the counted labels are the first and last ids of every rank's range
+// for t = 2 and 4 (0, 15, 16, 31, 32, 47, 48, 63), where an off-by-one in the range test puts
+// a label on two ranks or on none.
+void expect_cross_entropy_equal(const kit::dist::Group& group, double offset, double scale,
+                                bool boundary_labels = false) {
   const int64_t r = group.rank(), part = kVocab / group.size(), B = 3, T = 5;
   torch::manual_seed(6);
   const auto logits = offset + scale * torch::randn({B, T, kVocab});
   auto labels = torch::randint(kVocab, {B, T}, torch::kInt64);
   labels[0] = torch::tensor({0, 17, 34, 51, 63}, torch::kInt64);  // one in each quarter of the vocabulary
+  if (boundary_labels) {
+    labels[0] = torch::tensor({15, 16, 31, 32, 47}, torch::kInt64);
+    labels[2] = torch::tensor({5, 9, 48, 63, 0}, torch::kInt64);  // its first two are masked out below
+  }
   auto mask = torch::ones({B, T});
   mask[1].zero_();
   mask[2].narrow(0, 0, 2).zero_();
@@ -67,6 +75,7 @@ void expect_cross_entropy_equal(const kit::dist::Group& group, double offset, do
 
 TP_ROLE(vocab_parallel_cross_entropy) { expect_cross_entropy_equal(group, 0, 3); }
 TP_ROLE(vocab_parallel_cross_entropy_large_logits) { expect_cross_entropy_equal(group, 1e4, 2); }
+TP_ROLE(vocab_parallel_cross_entropy_boundaries) { expect_cross_entropy_equal(group, 0, 3, true); }
 
 TEST(TPVocab, EmbeddingEqualsFullEmbeddingForTokensOfEveryRank) {
   for (int t : {1, 2, 4})
@@ -76,6 +85,12 @@ TEST(TPVocab, EmbeddingEqualsFullEmbeddingForTokensOfEveryRank) {
 TEST(TPVocab, CrossEntropyEqualsMaskedCrossEntropy) {
   for (int t : {1, 2, 4})
     tp_test::expect_all_ranks_pass(tp_test::run_ranks(t, "vocab_parallel_cross_entropy"), t, "cross-entropy");
+}
+
+TEST(TPVocab, CrossEntropyOfLabelsOnTheShardBoundaries) {
+  for (int t : {2, 4})
+    tp_test::expect_all_ranks_pass(tp_test::run_ranks(t, "vocab_parallel_cross_entropy_boundaries"), t,
+                                   "cross-entropy, labels on the shard boundaries");
 }
 
 TEST(TPVocab, CrossEntropyOfLogitsAround1e4IsFiniteAndEqual) {

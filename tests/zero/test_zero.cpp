@@ -145,6 +145,18 @@ RANK_ROLE(zero_stage2) {
   zero_bytes(2, group);
 }
 
+// Inside data-parallel groups smaller than the world (as in the 3D grid): world 4, groups
+// {0, 2} and {1, 3}, each training on its own as two ranks. Code that shards, reduces or
+// divides over the world instead of the group it is given fails here.
+RANK_ROLE(zero_subgroups) {
+  const dist::Group even = dist::new_group({0, 2}, "zero_even");
+  const dist::Group odd = dist::new_group({1, 3}, "zero_odd");
+  const dist::Group& mine = even.is_member() ? even : odd;
+  zero_matches_adamw(2, mine);
+  zero_bytes(2, mine);
+  zero_matches_adamw(1, mine);
+}
+
 // The parameters as one flat tensor, in order.
 torch::Tensor flat(const std::vector<torch::Tensor>& params) {
   std::vector<torch::Tensor> parts;
@@ -273,6 +285,10 @@ TEST(Zero, Stage2MatchesAdamWAndKeepsOnlyItsGradientShard) {
     expect_all_ranks_pass(run_ranks(n, "zero_stage2", 90), n, "ZeRO stage 2");
     if (HasFailure()) return;
   }
+}
+
+TEST(Zero, BothStagesMatchAdamWInsideGroupsSmallerThanTheWorld) {
+  expect_all_ranks_pass(run_ranks(4, "zero_subgroups", 120), 4, "ZeRO on groups {0, 2} and {1, 3} of 4 ranks");
 }
 
 TEST(Zero, SavedStateContinuesTrainingIdentically) {
