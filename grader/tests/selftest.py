@@ -188,7 +188,7 @@ def main(argv=None):
             sub = Path(tmp) / "submission"
             sub.mkdir()
             make_submission(sub, rubric, True)
-            _, written = grade_once(sub, work, args.jobs, None, None, args.assignment)
+            _, written = grade_once(sub, work, args.jobs, None, None, args.assignment, prebuilt=args.prebuilt)
         after = json.loads(written)
         if abs(after["score"] - full) > 1e-6:
             bad.append(f"the solution graded next in the same work dir scored {after['score']}, not {full}:\n"
