@@ -5,7 +5,9 @@
 // the key biases' for one, and Adam divides such noise by its own size, turning two different
 // roundings into updates of opposite sign. In float64 the noise stays far below eps.) Also,
 // in float32: the state and gradient bytes each rank holds, measured from its tensors, and the
-// bytes it sends per step; update_shard alone; saving and loading the sharded state.
+// bytes it sends per step, and the tensor storage a step leaves alive (counted by the kit's
+// counting allocator, so a view that keeps a whole buffer alive counts as the whole buffer);
+// update_shard alone, with Adam's eps large enough to matter; saving and loading the state.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -14,6 +16,7 @@
 
 #include "collectives/ring.h"
 #include "dist/dist.h"
+#include "kit/memory.h"
 #include "model/gpt2.h"
 #include "rank_roles.h"
 #include "train/loop.h"
@@ -136,13 +139,38 @@ void zero_bytes(int stage, const dist::Group& group) {
   if (n == 3) EXPECT_NE(P % n, 0) << "P = " << P << ": this case must keep a world size that does not divide P";
 }
 
+// The storage one float32 step leaves alive, counted by the allocator (kit/memory.h): the
+// gradients kept (stage 1: the model's P; stage 2: this rank's S), nothing of the n*S flat
+// gradient buffer. Element counts cannot see a view of that buffer kept as the "shard": the
+// allocator sees its whole storage.
+void zero_storage_kept(int stage, const dist::Group& group) {
+  kit::memory::enable_cpu_counting();  // before the model: every buffer below is counted
+  const int64_t n = group.size(), r = group.rank();
+  kit::GPT2 model = tiny_model(torch::kFloat32);
+  const int64_t P = parameter_count(model), S = (P + n - 1) / n;
+  zero::ZeroAdamW opt(model->parameters(), group, options(stage));
+  opt.zero_grad();
+  loss_of(model, share(batch(0, n), r)).backward();  // anything made once, on a first pass, exists now
+  opt.zero_grad();
+  const int64_t before = kit::memory::cpu_bytes_now();
+  zero_step(model, opt, 1, group);
+  const int64_t kept = kit::memory::cpu_bytes_now() - before, want = (stage == 1 ? P : S) * 4;
+  EXPECT_LE(kept, want + 4096) << "rank " << r << " of " << n << ", stage " << stage << ": a step left " << kept
+                               << " bytes of tensor storage alive, the gradients it keeps are " << want
+                               << " (P = " << P << ", S = " << S << "). " << (kept >= n * S * 4 ? "That is as large "
+                               "as the whole flat gradient buffer: is it still referenced (kept, or a view of it kept as "
+                               "the shard instead of a copy)?" : "");
+}
+
 RANK_ROLE(zero_stage1) {
   zero_matches_adamw(1, group);
   zero_bytes(1, group);
+  zero_storage_kept(1, group);
 }
 RANK_ROLE(zero_stage2) {
   zero_matches_adamw(2, group);
   zero_bytes(2, group);
+  zero_storage_kept(2, group);
 }
 
 // Inside data-parallel groups smaller than the world (as in the 3D grid): world 4, groups
@@ -165,14 +193,17 @@ torch::Tensor flat(const std::vector<torch::Tensor>& params) {
 }
 
 // update_shard on its own: torch's AdamW on the shard's elements (two steps, so the bias
-// correction must advance), and not one element of the other shards touched.
-RANK_ROLE(zero_update_shard) {
+// correction must advance), and not one element of the other shards touched. Run twice: with
+// the default eps, and with eps = 0.5 and gradients of about 0.05, where AdamW's
+// sqrt(v / (1 - beta2^t)) + eps differs from eps inside the root or before the correction.
+void update_shard_matches_adamw(const dist::Group& group, double eps, double grad_scale) {
   const int64_t n = group.size(), r = group.rank();
   torch::manual_seed(3);
   std::vector<torch::Tensor> params = {torch::randn({5, 3}), torch::randn({7})};  // P = 22
   const int64_t P = 22;
   zero::ZeroOptions o = options(1);
   o.lr = 0.1;
+  o.eps = eps;
   zero::ZeroAdamW opt(params, group, o);
   const kit::ring::Range sh = opt.shard();
   ASSERT_EQ(sh.begin, r * ((P + n - 1) / n));
@@ -186,14 +217,15 @@ RANK_ROLE(zero_update_shard) {
                                    o.weight_decay));
   for (int step = 1; step <= 2; ++step) {
     torch::manual_seed(50 + static_cast<uint64_t>(10 * r + step));
-    const torch::Tensor g = torch::randn({sh.size()});
+    const torch::Tensor g = torch::randn({sh.size()}) * grad_scale;
     x.mutable_grad() = g.clone();
     ref.step();
     opt.update_shard(g.clone());
     const torch::Tensor after = flat(params);
     EXPECT_TRUE(rank_test::close(after.narrow(0, sh.begin, visible), x.detach().narrow(0, 0, visible), 1e-6, 1e-6))
-        << "rank " << r << "'s shard after update_shard call " << step
-        << " differs from torch::optim::AdamW's step " << step;
+        << "rank " << r << "'s shard after update_shard call " << step << " (eps = " << eps
+        << ") differs from torch::optim::AdamW's step " << step
+        << (eps > 1e-3 ? ": AdamW adds eps after the bias-corrected root, sqrt(v) / sqrt(1 - beta2^t) + eps" : "");
     const torch::Tensor outside = torch::ones({P}, torch::kBool);
     outside.narrow(0, std::min(sh.begin, P), visible).fill_(false);
     EXPECT_TRUE(torch::equal(after.masked_select(outside), before.masked_select(outside)))
@@ -201,6 +233,10 @@ RANK_ROLE(zero_update_shard) {
         << sh.begin << ", " << sh.end << "): weight decay or the update applied to the whole buffer?";
     EXPECT_EQ(opt.steps_taken(), step);
   }
+}
+RANK_ROLE(zero_update_shard) {
+  update_shard_matches_adamw(group, options(1).eps, 1.0);
+  update_shard_matches_adamw(group, 0.5, 0.05);
 }
 
 // Save after 2 steps, load into a new model + optimizer, 3 more steps: identical to 5 steps
