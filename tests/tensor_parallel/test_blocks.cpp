@@ -85,13 +85,9 @@ TP_ROLE(parallel_block) {
   EXPECT_EQ(all.all_gather_calls, 0) << "a block never gathers";
 }
 
-// Tensor groups smaller than the world (as in the 3D grid): world 4, groups {0, 2} and {1, 3}
-// of t = 2 each. A layer that communicates on the world instead of the group it is given sums
-// the two groups' identical shares here.
+// Tensor groups smaller than the world (as in the 3D grid): world 4, groups {0, 2} and {1, 3}.
 TP_ROLE(parallel_block_subgroups) {
-  const kit::dist::Group even = kit::dist::new_group({0, 2}, "tp_even");
-  const kit::dist::Group odd = kit::dist::new_group({1, 3}, "tp_odd");
-  const kit::dist::Group& mine = even.is_member() ? even : odd;
+  const kit::dist::Group mine = tp_test::strided_pair_group();
   torch::manual_seed(3);
   const auto cfg = tp_test::tiny_config();
   expect_parallel_equals_full(kit::Block(cfg), tp::ParallelBlock(cfg, mine), mine, "block on a tensor group");

@@ -75,6 +75,14 @@ TP_ROLE(linear_sizes_not_divisible) {  // t = 2
                                "a row-parallel layer of 7 inputs on 2 ranks");
 }
 
+// Both layers on tensor groups smaller than the world: world 4, groups {0, 2} and {1, 3}.
+TP_ROLE(linear_subgroups) {
+  const kit::dist::Group mine = tp_test::strided_pair_group();
+  rank_role_column_parallel_linear(mine);
+  rank_role_column_parallel_linear_gathered(mine);
+  rank_role_row_parallel_linear(mine);
+}
+
 TEST(TPLinear, ColumnParallelEqualsLinearSlice) {
   for (int t : {1, 2, 4})
     tp_test::expect_all_ranks_pass(tp_test::run_ranks(t, "column_parallel_linear"), t, "ColumnParallelLinear");
@@ -89,6 +97,11 @@ TEST(TPLinear, ColumnParallelGatherOutputEqualsLinear) {
 TEST(TPLinear, RowParallelEqualsLinearWithBiasAddedOnce) {
   for (int t : {1, 2, 4})
     tp_test::expect_all_ranks_pass(tp_test::run_ranks(t, "row_parallel_linear"), t, "RowParallelLinear");
+}
+
+TEST(TPLinear, BothLayersOnTensorGroupsSmallerThanTheWorld) {
+  tp_test::expect_all_ranks_pass(tp_test::run_ranks(4, "linear_subgroups"), 4,
+                                 "column and row parallel linear on groups {0, 2} and {1, 3}");
 }
 
 // Given code (the constructors): passes with the starter's stubs too.

@@ -52,12 +52,23 @@ TP_ROLE(g_mapping) {
   EXPECT_TRUE(close(x.grad(), up, 0, 0)) << "g's input gradient must be this rank's upstream gradient, unchanged";
 }
 
+// f and g on tensor groups smaller than the world: world 4, groups {0, 2} and {1, 3}.
+TP_ROLE(mappings_subgroups) {
+  const kit::dist::Group mine = tp_test::strided_pair_group();
+  rank_role_f_mapping(mine);
+  rank_role_g_mapping(mine);
+}
+
 TEST(TPMappings, CopyIsIdentityForwardAndSumsGradientsOverRanksBackward) {
   for (int t : {1, 2, 4}) tp_test::expect_all_ranks_pass(tp_test::run_ranks(t, "f_mapping"), t, "f");
 }
 
 TEST(TPMappings, ReduceSumsOverRanksForwardAndIsIdentityBackward) {
   for (int t : {1, 2, 4}) tp_test::expect_all_ranks_pass(tp_test::run_ranks(t, "g_mapping"), t, "g");
+}
+
+TEST(TPMappings, BothOnTensorGroupsSmallerThanTheWorld) {
+  tp_test::expect_all_ranks_pass(tp_test::run_ranks(4, "mappings_subgroups"), 4, "f and g on groups {0, 2} and {1, 3}");
 }
 
 }  // namespace

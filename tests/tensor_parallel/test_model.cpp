@@ -104,8 +104,15 @@ TP_ROLE(model_adamw_steps) {
   }
 }
 
+// The whole model on tensor groups smaller than the world: world 4, groups {0, 2} and {1, 3}.
+TP_ROLE(model_subgroups) { rank_role_model_forward_backward(tp_test::strided_pair_group()); }
+
 TEST(TPModel, LogitsLossAndEveryGradientEqualOneProcess) {
   for (int t : {1, 2, 4}) tp_test::expect_all_ranks_pass(tp_test::run_ranks(t, "model_forward_backward"), t, "GPT-2");
+}
+
+TEST(TPModel, LogitsLossAndEveryGradientOnTensorGroupsSmallerThanTheWorld) {
+  tp_test::expect_all_ranks_pass(tp_test::run_ranks(4, "model_subgroups"), 4, "GPT-2 on groups {0, 2} and {1, 3}");
 }
 
 TEST(TPModel, ParametersAfterThreeAdamWStepsGatheredEqualOneProcess) {

@@ -77,6 +77,15 @@ TP_ROLE(vocab_parallel_cross_entropy) { expect_cross_entropy_equal(group, 0, 3);
 TP_ROLE(vocab_parallel_cross_entropy_large_logits) { expect_cross_entropy_equal(group, 1e4, 2); }
 TP_ROLE(vocab_parallel_cross_entropy_boundaries) { expect_cross_entropy_equal(group, 0, 3, true); }
 
+// Embedding and cross-entropy on tensor groups smaller than the world: world 4, groups {0, 2}
+// and {1, 3} (a rank's vocabulary range comes from its rank in the group, not in the world).
+TP_ROLE(vocab_subgroups) {
+  const kit::dist::Group mine = tp_test::strided_pair_group();
+  rank_role_vocab_parallel_embedding(mine);
+  rank_role_vocab_parallel_cross_entropy(mine);
+  rank_role_vocab_parallel_cross_entropy_boundaries(mine);
+}
+
 TEST(TPVocab, EmbeddingEqualsFullEmbeddingForTokensOfEveryRank) {
   for (int t : {1, 2, 4})
     tp_test::expect_all_ranks_pass(tp_test::run_ranks(t, "vocab_parallel_embedding"), t, "embedding");
@@ -91,6 +100,11 @@ TEST(TPVocab, CrossEntropyOfLabelsOnTheShardBoundaries) {
   for (int t : {2, 4})
     tp_test::expect_all_ranks_pass(tp_test::run_ranks(t, "vocab_parallel_cross_entropy_boundaries"), t,
                                    "cross-entropy, labels on the shard boundaries");
+}
+
+TEST(TPVocab, EmbeddingAndCrossEntropyOnTensorGroupsSmallerThanTheWorld) {
+  tp_test::expect_all_ranks_pass(tp_test::run_ranks(4, "vocab_subgroups"), 4,
+                                 "embedding and cross-entropy on groups {0, 2} and {1, 3}");
 }
 
 TEST(TPVocab, CrossEntropyOfLogitsAround1e4IsFiniteAndEqual) {

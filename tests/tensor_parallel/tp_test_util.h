@@ -35,6 +35,16 @@ inline kit::GPT2Config tiny_config(int64_t vocab = 64) {
   return cfg;
 }
 
+// This rank's tensor group when a world of 4 is split into {0, 2} and {1, 3}, t = 2 each (as
+// the 3D grid's tensor groups are when d = 2). Every rank of the world calls it, in the same
+// order. Code that communicates on the world instead of the group it is given sums the two
+// groups' identical shares there, and fails.
+inline dist::Group strided_pair_group() {
+  const dist::Group even = dist::new_group({0, 2}, "tp_even");
+  const dist::Group odd = dist::new_group({1, 3}, "tp_odd");
+  return even.is_member() ? even : odd;
+}
+
 // Rank r's rows of a fused q|k|v tensor (3C rows), written out independently of shard_qkv:
 // the rows of q, k and v that rank r's heads own.
 inline torch::Tensor qkv_rows(const torch::Tensor& full, int64_t r, int64_t t) {
