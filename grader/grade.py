@@ -249,9 +249,12 @@ FAST_OPTIMIZE = "-O1"  # --fast-compile: about a quarter less build time (the se
 class Compile:
     """How the work dir's build compiles: the optimization level, and prebuilt: a finished build
     of this same kit whose given and test objects are linked instead of compiled again (CMake's
-    KIT_PREBUILT; the self-tests pass the main build), or "" to compile everything."""
+    KIT_PREBUILT; the self-tests pass the main build), or "" to compile everything. stubs: the
+    student files that hold their starter stub (other assignments'), which with prebuilt link
+    that build's stub objects instead of compiling (CMake's KIT_PREBUILT_STUBS)."""
     optimize: str = OPTIMIZE
     prebuilt: str = ""
+    stubs: tuple = ()
 
 
 def reference_stubs(work: Path) -> Path:
@@ -267,6 +270,7 @@ def build(work: Path, build_dir: Path, jobs: int, timeout: int, log, suites=(), 
     suites = ";".join(suites)
     wants = [f"KIT_TEST_SUITES:STRING={suites}", f"CMAKE_CXX_FLAGS_RELEASE:STRING={how.optimize} -DNDEBUG",
              f"KIT_PREBUILT:PATH={how.prebuilt}",
+             f"KIT_PREBUILT_STUBS:STRING={';'.join(sorted(how.stubs)) if how.prebuilt else ''}",
              f"KIT_REFERENCE_STUBS:PATH={reference_stubs(work.parent)}"]
     have = set(cache.read_text(errors="replace").splitlines()) if cache.exists() else set()
     if any(w not in have for w in wants):  # whole lines: "=pipeline" is not "=pipeline_training"
@@ -320,10 +324,16 @@ def parse_gtest_list(text: str):
 
 
 def list_cases(sandbox, programs, scratch: Path, log):
-    """{graded name (<suite>.<gtest name>): (suite, gtest name)} as the given build lists them."""
+    """{graded name (<suite>.<gtest name>): (suite, gtest name)} as the given build lists them
+    (in the sandbox, or, with sandbox None, directly: the grader's own prebuilt build)."""
     cases = {}
     for suite, info in sorted(programs.items()):
-        r = sandbox.run([info["program"], "--gtest_list_tests"], scratch, 120, channel=False, keep=4 << 20)
+        if sandbox is None:  # the grader's own prebuilt build: no submission's code is in it
+            p = subprocess.run([info["program"], "--gtest_list_tests"], cwd=scratch, timeout=120,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace")
+            r = {"exit": p.returncode, "output": p.stdout}
+        else:
+            r = sandbox.run([info["program"], "--gtest_list_tests"], scratch, 120, channel=False, keep=4 << 20)
         names = parse_gtest_list(r["output"])
         if r["exit"] != 0 or not names:
             raise RuntimeError(f"listing the cases of {info['program']} failed (exit {r['exit']}):\n"
@@ -552,19 +562,27 @@ def store_cases(cache: Path, cases, assignment: int):
 def graded_cases(kit_copy: Path, build_dir: Path, work: Path, rubric, stubs, sandbox, jobs, scratch, log,
                  assignment=1, student_files=None, how=Compile()):
     """The cases the kit has ({graded name: (suite, gtest name)}), listed from a build of the kit
-    with its own starter stubs (so no submission's code runs while listing) and kept in
+    with its own starter stubs, or from the prebuilt build (so no submission's code runs while
+    listing), and kept in
     cases_cache(); a submission cannot change which cases are graded. Each assignment keeps its
     own list, so one work dir serves every assignment."""
     cache = cases_cache(work, kit_copy, assignment, student_files or rubric["student_files"])
     if cache.is_file():
         return json.loads(cache.read_text())
-    for f in rubric["student_files"]:
-        put(kit_copy / "starter" / f, stubs[f])
-    rc, out = build(kit_copy, build_dir, jobs, rubric["timeouts"]["build_seconds"], log, graded_suites(rubric),
-                    how)
-    if rc != 0:
-        raise RuntimeError("the kit with its starter stubs does not build:\n" + out[-4000:])
-    cases = list_cases(sandbox, suite_programs(build_dir, graded_suites(rubric)), scratch, log)
+    if how.prebuilt:
+        # The prebuilt build's test programs are linked from the very objects this work dir's
+        # are, so they list the same cases, and it is the grader's own build: no stub build here.
+        listed_in = Path(how.prebuilt)
+    else:
+        for f in rubric["student_files"]:
+            put(kit_copy / "starter" / f, stubs[f])
+        rc, out = build(kit_copy, build_dir, jobs, rubric["timeouts"]["build_seconds"], log,
+                        graded_suites(rubric), how)
+        if rc != 0:
+            raise RuntimeError("the kit with its starter stubs does not build:\n" + out[-4000:])
+        listed_in = build_dir
+    cases = list_cases(None if how.prebuilt else sandbox, suite_programs(listed_in, graded_suites(rubric)),
+                       scratch, log)
     unmatched = [p for it in rubric["items"] for p in it.get("tests", [])
                  if not any(fnmatch.fnmatchcase(n, p) for n in cases)]
     if unmatched:
@@ -723,6 +741,7 @@ def grade_in(submission, work, jobs, items_filter, kit, test_timeout, rubric, lo
         (reference_stubs(work) / f).parent.mkdir(parents=True, exist_ok=True)
         put(reference_stubs(work) / f, (kit / "starter" / f).read_bytes())
     stubs = {f: (kit / "starter" / f).read_bytes() for f in rubric["student_files"]}
+    how = dataclasses.replace(how, stubs=tuple(sorted(set(every_student_file) - set(rubric["student_files"]))))
     cases = graded_cases(kit_copy, build_dir, work, rubric, stubs, sandbox, jobs, runs, log,
                          assignment, every_student_file, how)
     for f in rubric["student_files"]:

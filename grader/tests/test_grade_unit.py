@@ -216,6 +216,7 @@ class Assignments(unittest.TestCase):
                 (b / "CMakeCache.txt").write_text("KIT_TEST_SUITES:STRING=pipeline_training\n"
                                                   "CMAKE_CXX_FLAGS_RELEASE:STRING=-O3 -DNDEBUG\n"
                                                   "KIT_PREBUILT:PATH=\n"
+                                                  "KIT_PREBUILT_STUBS:STRING=\n"
                                                   f"KIT_REFERENCE_STUBS:PATH={b.parent / 'reference_stubs'}\n")
                 grade.build(b, b, 1, 10, [], ["pipeline"])
                 grade.build(b, b, 1, 10, [], ["pipeline_training"])
@@ -223,8 +224,9 @@ class Assignments(unittest.TestCase):
                 (b / "CMakeCache.txt").write_text("KIT_TEST_SUITES:STRING=pipeline_training\n"
                                                   "CMAKE_CXX_FLAGS_RELEASE:STRING=-O3 -DNDEBUG\n"
                                                   "KIT_PREBUILT:PATH=\n"
+                                                  "KIT_PREBUILT_STUBS:STRING=\n"
                                                   f"KIT_REFERENCE_STUBS:PATH={b.parent / 'reference_stubs'}\n")
-                grade.build(b, b, 1, 10, [], ["pipeline_training"], how=grade.Compile(prebuilt="/main/build"))
+                grade.build(b, b, 1, 10, [], ["pipeline_training"], how=grade.Compile(prebuilt="/main/build", stubs=("zero/zero_step.cpp", "collectives/ring.cpp")))
         finally:
             grade.run = real
         configures = [c for c in calls if "-S" in c]
@@ -232,6 +234,7 @@ class Assignments(unittest.TestCase):
         self.assertIn("-DKIT_TEST_SUITES:STRING=pipeline", configures[0])
         self.assertIn("-DCMAKE_CXX_FLAGS_RELEASE:STRING=-O1 -DNDEBUG", configures[1])
         self.assertIn("-DKIT_PREBUILT:PATH=/main/build", configures[2])
+        self.assertIn("-DKIT_PREBUILT_STUBS:STRING=collectives/ring.cpp;zero/zero_step.cpp", configures[2])
         self.assertEqual([c[-1] for c in calls if "--build" in c],
                          ["test_pipeline", "test_pipeline_training", "test_pipeline_training",
                           "test_pipeline_training"])
