@@ -93,6 +93,71 @@ TP_ROLE(parallel_block_subgroups) {
   expect_parallel_equals_full(kit::Block(cfg), tp::ParallelBlock(cfg, mine), mine, "block on a tensor group");
 }
 
+// Dropout on (p = 0.5): in eval mode the parallel layer still equals the full one (a dropout
+// that ignores the mode fails); in training, attention's dropout acts on the probabilities
+// (the output changes) and the residual dropout after the all-reduce (about half the output
+// exactly zero: a dropout before the sum zeroes only where every rank dropped). The masks
+// themselves are each rank's own draw, so only these properties can be compared.
+double zero_fraction(const torch::Tensor& y) { return (y == 0).to(torch::kFloat64).mean().item<double>(); }
+
+template <typename Full, typename Par>
+void expect_eval_equals_full_with_dropout(Full full, Par par, const kit::dist::Group& group, const char* what) {
+  par->load_full(*full);
+  full->eval();
+  par->eval();
+  torch::manual_seed(7);
+  const torch::Tensor x = torch::randn({kB, kT, tp_test::tiny_config().n_embd});
+  torch::NoGradGuard no_grad;
+  EXPECT_TRUE(close(par(x), full(x))) << what << " in eval mode with dropout 0.5, rank " << group.rank() << " of "
+                                      << group.size() << ": dropout must act in training only";
+}
+
+void expect_output_dropout(double frac, const kit::dist::Group& group, const char* what) {
+  EXPECT_TRUE(frac > 0.4 && frac < 0.6)
+      << what << " in training with its output dropout at p = 0.5, rank " << group.rank() << " of " << group.size()
+      << ": " << frac << " of the output is exactly 0, not about half (no dropout there, or one before the "
+      << "all-reduce, where a value is 0 only if every rank dropped it)";
+}
+
+void attention_with_dropout(const kit::dist::Group& group) {
+  auto cfg = tp_test::tiny_config();
+  cfg.dropout = 0.5;
+  torch::manual_seed(3);
+  kit::CausalSelfAttention full(cfg);
+  tp::ParallelAttention par(cfg, group);
+  expect_eval_equals_full_with_dropout(full, par, group, "attention");
+  torch::manual_seed(8);
+  const torch::Tensor x = torch::randn({kB, kT, cfg.n_embd});
+  torch::NoGradGuard no_grad;
+  par->train();
+  par->resid_dropout->options.p(0.0);  // attention's dropout alone
+  const torch::Tensor eval_y = [&] { par->eval(); auto y = par(x); par->train(); return y; }();
+  EXPECT_FALSE(close(par(x), eval_y)) << "attention in training with attn_dropout at p = 0.5 gave its eval output, "
+                                         "rank " << group.rank() << ": the attention probabilities were not dropped";
+  par->attn_dropout->options.p(0.0);  // the residual dropout alone
+  par->resid_dropout->options.p(0.5);
+  expect_output_dropout(zero_fraction(par(x)), group, "attention");
+}
+
+void mlp_with_dropout(const kit::dist::Group& group) {
+  auto cfg = tp_test::tiny_config();
+  cfg.dropout = 0.5;
+  torch::manual_seed(3);
+  kit::MLP full(cfg);
+  tp::ParallelMLP par(cfg, group);
+  expect_eval_equals_full_with_dropout(full, par, group, "MLP");
+  torch::manual_seed(8);
+  const torch::Tensor x = torch::randn({kB, kT, cfg.n_embd});
+  torch::NoGradGuard no_grad;
+  par->train();
+  expect_output_dropout(zero_fraction(par(x)), group, "MLP");
+}
+
+TP_ROLE(dropout_layers) {
+  attention_with_dropout(group);
+  mlp_with_dropout(group);
+}
+
 TEST(TPBlock, ParallelAttentionEqualsCausalSelfAttention) {
   for (int t : {1, 2, 4}) tp_test::expect_all_ranks_pass(tp_test::run_ranks(t, "parallel_attention"), t, "attention");
 }
@@ -103,6 +168,11 @@ TEST(TPBlock, ParallelMLPEqualsMLP) {
 
 TEST(TPBlock, ParallelBlockEqualsBlockWithTwoAllReducesForwardAndTwoBackward) {
   for (int t : {1, 2, 4}) tp_test::expect_all_ranks_pass(tp_test::run_ranks(t, "parallel_block"), t, "block");
+}
+
+TEST(TPBlock, DropoutActsInTrainingOnlyAndAfterTheAllReduce) {
+  for (int t : {1, 2, 4})
+    tp_test::expect_all_ranks_pass(tp_test::run_ranks(t, "dropout_layers"), t, "attention and MLP with dropout");
 }
 
 TEST(TPBlock, ParallelBlockOnTensorGroupsSmallerThanTheWorld) {
