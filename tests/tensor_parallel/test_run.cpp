@@ -1,6 +1,7 @@
-// run_tensor_parallel end to end: t = 2 processes train as one process does (losses, and
-// the gathered checkpoint the first assignment's model reads), and a t that does not divide
-// the vocabulary is refused by the launcher before any process starts.
+// run_tensor_parallel end to end: t = 1 and t = 2 processes train as one process of the first
+// assignment's model does, written out here without any tensor-parallel code (losses, and the
+// gathered checkpoint that model reads), and a t that does not divide the vocabulary is
+// refused by the launcher before any process starts.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -13,6 +14,8 @@
 #include "model/checkpoint.h"
 #include "model/gpt2.h"
 #include "build_programs.h"
+#include "train/loop.h"
+#include "train/loss.h"
 
 
 namespace {
@@ -42,6 +45,36 @@ kit::GPT2 read_checkpoint(const std::string& path) {
   return model;
 }
 
+// What run_tensor_parallel computes, in one process with kit::GPT2 and no tensor-parallel
+// code (the program's recipe, see its header): the model from --seed, the synthetic batches
+// from seed + 1000, AdamW (weight decay: TrainConfig's default). Its losses and its model.
+struct OneProcess {
+  std::vector<double> losses;
+  kit::GPT2 model{nullptr};
+};
+OneProcess one_process_reference() {
+  kit::GPT2Config cfg = kit::gpt2_preset("tiny");
+  cfg.n_head = kHeads;
+  cfg.vocab_size = kVocab;
+  cfg.dropout = 0;
+  const uint64_t seed = 7;
+  torch::manual_seed(seed + 1000);
+  std::vector<torch::Tensor> batches;
+  for (int64_t k = 0; k < kSteps; ++k) batches.push_back(torch::randint(kVocab, {kBatch, kSeqLen + 1}, torch::kInt64));
+  OneProcess ref{{}, kit::build_model(cfg, kVocab, kSeqLen, seed)};
+  torch::optim::AdamW opt(ref.model->parameters(),
+                          torch::optim::AdamWOptions(1e-3).weight_decay(kit::TrainConfig{}.weight_decay));
+  for (const auto& t : batches) {
+    opt.zero_grad();
+    auto loss = kit::masked_cross_entropy(ref.model->forward(t.narrow(1, 0, kSeqLen)), t.narrow(1, 1, kSeqLen),
+                                          torch::ones({kBatch, kSeqLen}));
+    loss.backward();
+    opt.step();
+    ref.losses.push_back(loss.item<double>());
+  }
+  return ref;
+}
+
 TEST(TPRun, TwoRanksTrainAsOneProcessAndSaveTheWholeModel) {
   dp_test::TempDir one("tp_run_one"), two("tp_run_two");
   const auto r1 = dp_test::run_kit_program(args(1, one.path()), one / "log.txt");
@@ -49,8 +82,14 @@ TEST(TPRun, TwoRanksTrainAsOneProcessAndSaveTheWholeModel) {
   const auto r2 = dp_test::run_kit_program(args(2, two.path()), two / "log.txt");
   ASSERT_EQ(r2.exitcode, 0) << "--world-size 2: " << dp_test::describe_run(r2);
 
-  const auto ref = metrics(one.path(), 0)["losses"].get<std::vector<double>>();
-  ASSERT_EQ(ref.size(), static_cast<size_t>(kSteps));
+  // t = 1 runs the same student code as t = 2: both are held to the one-process model.
+  const OneProcess single = one_process_reference();
+  const auto ref = single.losses;
+  const auto t1 = metrics(one.path(), 0)["losses"].get<std::vector<double>>();
+  ASSERT_EQ(t1.size(), ref.size());
+  for (size_t k = 0; k < ref.size(); ++k)
+    EXPECT_NEAR(t1[k], ref[k], 1e-4 * std::abs(ref[k])) << "--world-size 1, step " << k << ", against kit::GPT2 in "
+                                                            "one process";
   for (int rank = 0; rank < 2; ++rank) {
     const nlohmann::json m = metrics(two.path(), rank);
     const auto losses = m["losses"].get<std::vector<double>>();
@@ -69,15 +108,17 @@ TEST(TPRun, TwoRanksTrainAsOneProcessAndSaveTheWholeModel) {
         << "rank " << rank;
   }
 
-  // The gathered checkpoint is the first assignment's model, equal to one process's.
-  auto a = read_checkpoint(two / "model.pt");
-  auto b = read_checkpoint(one / "model.pt");
-  const auto pa = a->named_parameters();
-  for (const auto& p : b->named_parameters()) {
-    const torch::Tensor& x = pa[p.key()];
-    const torch::Tensor& y = p.value();
-    const double excess = ((x - y).abs() - (1e-5 + 1e-4 * y.abs())).max().item<double>();
-    EXPECT_LE(excess, 0.0) << p.key() << " differs between --world-size 2 and 1";
+  // Each gathered checkpoint is the first assignment's model, equal to the one-process one's.
+  for (const auto* run : {&one, &two}) {
+    auto a = read_checkpoint(*run / "model.pt");
+    const auto pa = a->named_parameters();
+    for (const auto& p : single.model->named_parameters()) {
+      const torch::Tensor& x = pa[p.key()];
+      const torch::Tensor y = p.value().detach();
+      const double excess = ((x - y).abs() - (1e-5 + 1e-4 * y.abs())).max().item<double>();
+      EXPECT_LE(excess, 0.0) << p.key() << " of --world-size " << (run == &one ? 1 : 2)
+                             << "'s checkpoint differs from kit::GPT2 trained in one process";
+    }
   }
 }
 
