@@ -2,8 +2,10 @@
 // Problem 3's simulator; then GPT-2 runs as K stages of one process (P2P hands the messages
 // over in memory), micro-batches cut into token slices, and the batch loss and the gradient
 // of every parameter must equal the plain model's on the whole batch (float64, 1e-10):
-// uniform and uneven slicings, one-token slices, a single slice, two micro-batches. A slice
-// that runs before the slice it needs the keys and values of is a clear error.
+// uniform and uneven slicings, one-token slices, a single slice, two micro-batches, stages of
+// two blocks each, and 2 processes holding 2 stages each (Gloo, the tied embedding's gradient
+// summed across them). A slice that runs before the slice it needs the keys and values of is
+// a clear error.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -14,6 +16,7 @@
 #include "kit/errors.h"
 #include "model/gpt2.h"
 #include "pipeline_training/simulate.h"
+#include "rank_roles.h"
 #include "terapipe/pipeline.h"
 #include "terapipe/slicing.h"
 #include "train/loss.h"
@@ -24,10 +27,10 @@ namespace tp = kit::terapipe;
 
 constexpr int64_t kVocab = 64, kTime = 16, kRows = 4, kStages = 3;
 
-kit::GPT2 tiny_model() {
+kit::GPT2 tiny_model(int64_t n_layer = kStages) {
   kit::GPT2Config cfg = kit::gpt2_preset("tiny");
   cfg.vocab_size = kVocab;
-  cfg.n_layer = kStages;
+  cfg.n_layer = n_layer;
   cfg.dropout = 0;
   torch::manual_seed(3);
   kit::GPT2 model(cfg);
@@ -62,19 +65,20 @@ Outcome whole(kit::GPT2 model) {
   return o;
 }
 
-// K stages on one rank, m micro-batches of `lengths` slices, through `schedule` (default:
-// sliced_schedule's order).
+// This rank's stages of a pipeline of p ranks holding `chunks` stages each (default: kStages
+// stages on one rank), m micro-batches of `lengths` slices, through `schedule` (default:
+// sliced_schedule's order). The grads of the parameters this rank holds.
 Outcome sliced(const kit::GPT2& model, const std::vector<int64_t>& lengths, int64_t m,
-               pp::RankSchedule schedule = {}) {
+               pp::RankSchedule schedule = {}, int64_t p = 1, int64_t chunks = kStages, int64_t rank = 0) {
   const int64_t n = static_cast<int64_t>(lengths.size());
-  const pp::PipelineShape shape{1, m * n, kStages};
-  auto stages = tp::build_sliced_stages(model, shape, 0);
-  pp::P2P p2p(shape, 0, torch::TensorOptions().dtype(torch::kFloat64));
-  tp::SlicedExecutor ex(stages, shape, lengths, 0, p2p);
+  const pp::PipelineShape shape{p, m * n, chunks};
+  auto stages = tp::build_sliced_stages(model, shape, rank);
+  pp::P2P p2p(shape, rank, torch::TensorOptions().dtype(torch::kFloat64));
+  tp::SlicedExecutor ex(stages, shape, lengths, rank, p2p);
   const Data d = batch();
-  if (schedule.empty()) schedule = tp::make_sliced_schedule(shape, n, 0);
+  if (schedule.empty()) schedule = tp::make_sliced_schedule(shape, n, rank);
   const auto result = ex.run(schedule, pp::split_batch(d.idx, d.labels, d.mask, m));
-  pp::sum_tied_gradients(tp::as_stage_modules(stages), shape, 0);
+  pp::sum_tied_gradients(tp::as_stage_modules(stages), shape, rank);
   Outcome o{result.loss, {}};
   for (const auto& s : stages)
     for (const auto& [name, p] : s->named_model_parameters())
@@ -82,8 +86,8 @@ Outcome sliced(const kit::GPT2& model, const std::vector<int64_t>& lengths, int6
   return o;
 }
 
-void expect_equal_to_whole(const std::vector<int64_t>& lengths, int64_t m = 1) {
-  const kit::GPT2 model = tiny_model();
+void expect_equal_to_whole(const std::vector<int64_t>& lengths, int64_t m = 1, int64_t n_layer = kStages) {
+  const kit::GPT2 model = tiny_model(n_layer);
   const Outcome want = whole(model), got = sliced(model, lengths, m);
   const std::string what = "m = " + std::to_string(m) + ", slices " + tp::to_string(lengths);
   EXPECT_NEAR(got.loss, want.loss, 1e-10) << what << ": the batch loss";
@@ -95,6 +99,24 @@ void expect_equal_to_whole(const std::vector<int64_t>& lengths, int64_t m = 1) {
 }
 
 std::string order(const pp::RankSchedule& s) { return pp::to_string(s); }
+
+// 2 processes, 2 stages each (rank r holds stages r and 2 + r), 2 blocks per stage, 2
+// micro-batches of uneven slices: each rank's gradients are the whole model's for the
+// parameters it holds, and the rank with the last stage has the batch loss.
+RANK_ROLE(sliced_two_ranks) {
+  const int64_t p = 2, chunks = 2, r = group.rank();
+  const std::vector<int64_t> lengths{3, 7, 6};
+  const kit::GPT2 model = tiny_model(2 * p * chunks);
+  const Outcome want = whole(model), got = sliced(model, lengths, 2, {}, p, chunks, r);
+  const std::string what = "rank " + std::to_string(r) + " of 2, 2 stages of 2 blocks each, m = 2, slices " +
+                           tp::to_string(lengths);
+  if (r == 1) EXPECT_NEAR(got.loss, want.loss, 1e-10) << what << ": the batch loss (rank 1 holds the last stage)";
+  EXPECT_FALSE(got.grads.empty()) << what << ": this rank holds no parameter";
+  for (const auto& [name, g] : got.grads) {
+    ASSERT_TRUE(want.grads.count(name)) << what << ": " << name << " is not a parameter of the model";
+    EXPECT_LT((g - want.grads.at(name)).abs().max().item<double>(), 1e-10) << what << ": the gradient of " << name;
+  }
+}
 
 }  // namespace
 
@@ -124,6 +146,10 @@ TEST(SlicedPipeline, UnevenSlicesEqualTheWholeModel) { expect_equal_to_whole({1,
 TEST(SlicedPipeline, OneTokenSlicesEqualTheWholeModel) { expect_equal_to_whole(std::vector<int64_t>(kTime, 1)); }
 TEST(SlicedPipeline, OneSliceEqualsTheWholeModel) { expect_equal_to_whole({kTime}); }
 TEST(SlicedPipeline, TwoMicroBatchesOfSlicesEqualTheWholeModel) { expect_equal_to_whole({5, 3, 8}, 2); }
+TEST(SlicedPipeline, StagesOfTwoBlocksEachEqualTheWholeModel) { expect_equal_to_whole({5, 3, 8}, 2, 2 * kStages); }
+TEST(SlicedPipeline, TwoProcessesOfTwoStagesEachEqualTheWholeModel) {
+  rank_test::expect_all_ranks_pass(rank_test::run_ranks(2, "sliced_two_ranks", 60), 2, "the sliced pipeline");
+}
 
 // A slice cannot run before the slice whose keys and values it attends to.
 TEST(SlicedPipeline, SliceBeforeItsContextIsAClearError) {
