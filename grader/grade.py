@@ -706,6 +706,22 @@ def grade(submission: Path, work: Path, jobs: int, items_filter=None, kit=KIT, t
             "tests": tests_out}
 
 
+def check_argv(submission: Path, work: Path, out: Path, jobs: int, assignment=1, items=None, test_timeout=None,
+               prebuilt=None):
+    """grade.py's arguments for the grader's own checks of itself (the self-tests, the mutation
+    tool): --fast-compile (-O1: they check what is graded, not how fast the code runs), only
+    `items` when given, and the main build's given and test objects when `prebuilt` is."""
+    argv = [str(submission), "--assignment", str(assignment), "--work", str(work), "--out", str(out),
+            "--jobs", str(jobs), "--fast-compile"]
+    if items:
+        argv += ["--items"] + list(items)
+    if test_timeout:
+        argv += ["--test-timeout", str(test_timeout)]
+    if prebuilt:
+        argv += ["--prebuilt", str(prebuilt)]
+    return argv
+
+
 def reachable_work(work: Path) -> Path:
     """work, or a stand-in for it under the temporary directory when the sandbox users cannot
     reach it (a clone under /root): the same stand-in for the same path, so it stays warm."""

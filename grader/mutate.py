@@ -219,10 +219,7 @@ def grade_mutant(m, assignment: int, work: Path, jobs: int, prebuilt=None):
         lines[m["line"] - 1] = m["new"] + "\n"
         (sub / m["file"]).write_text("".join(lines))
         out = Path(tmp) / "results.json"
-        argv = [str(sub), "--assignment", str(assignment), "--work", str(work), "--out", str(out),
-                "--jobs", str(jobs), "--fast-compile", "--items"] + items
-        if prebuilt:
-            argv += ["--prebuilt", str(prebuilt)]
+        argv = grade.check_argv(sub, work, out, jobs, assignment, items, prebuilt=prebuilt)
         import contextlib
         import io
         with contextlib.redirect_stdout(io.StringIO()):

@@ -94,15 +94,7 @@ def wrong_submissions_dir(assignment: int) -> Path:
 
 def grade_once(sub: Path, work: Path, jobs: int, items, test_timeout, assignment=1, extra=(), prebuilt=None):
     out = work / "selftest-results.json"
-    # --fast-compile (-O1): the self-tests check what is graded, not how fast the code runs.
-    argv = [str(sub), "--assignment", str(assignment), "--work", str(work), "--out", str(out), "--jobs", str(jobs),
-            "--fast-compile"]
-    if items:
-        argv += ["--items"] + items
-    if test_timeout:
-        argv += ["--test-timeout", str(test_timeout)]
-    if prebuilt:  # the main build's given and test objects, linked rather than compiled again
-        argv += ["--prebuilt", str(prebuilt)]
+    argv = grade.check_argv(sub, work, out, jobs, assignment, items, test_timeout, prebuilt)
     grade.main(argv + list(extra))
     return out, out.read_bytes()
 

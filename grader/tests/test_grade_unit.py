@@ -240,6 +240,15 @@ class Assignments(unittest.TestCase):
                           "test_pipeline_training"])
 
 
+    def test_the_graders_own_checks_grade_at_o1_with_their_items_and_the_prebuilt_objects(self):
+        argv = grade.check_argv(Path("sub"), Path("w"), Path("o.json"), 2, 3, ["Problem 7.2"], 30, "/main/build")
+        self.assertEqual(argv[:9], ["sub", "--assignment", "3", "--work", "w", "--out", "o.json", "--jobs", "2"])
+        for flags in (["--fast-compile"], ["--items", "Problem 7.2"], ["--test-timeout", "30"],
+                      ["--prebuilt", "/main/build"]):
+            self.assertIn(flags, [argv[i:i + len(flags)] for i in range(len(argv))])
+        self.assertNotIn("--prebuilt", grade.check_argv(Path("sub"), Path("w"), Path("o"), 1))
+
+
 class Run(unittest.TestCase):
     def test_a_process_outside_the_group_holding_the_output_cannot_hang_the_grader(self):
         marker = f"kit-grader-unit-{os.getpid()}-hold"
