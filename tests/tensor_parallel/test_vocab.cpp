@@ -17,26 +17,32 @@ using tp_test::close;
 
 constexpr int64_t kVocab = 64, kDim = 16;
 
-TP_ROLE(vocab_parallel_embedding) {
-  const int64_t r = group.rank(), part = kVocab / group.size();
+// The embedding of a vocabulary of V tokens (V / t rows per rank) against the full one.
+void embedding_equals_full(const kit::dist::Group& group, int64_t V) {
+  const int64_t r = group.rank(), part = V / group.size(), rows = V % 4 == 0 ? 4 : 1;
   torch::manual_seed(4);
-  torch::nn::Embedding full(kVocab, kDim);
+  torch::nn::Embedding full(V, kDim);
   // Every token once (so every rank's range), then some repeated ones.
-  const auto ids = torch::cat({torch::randperm(kVocab).view({4, 16}), torch::randint(kVocab, {4, 8})}, 1);
-  const auto G = torch::randn({4, 24, kDim});
+  const auto ids = torch::cat({torch::randperm(V).view({rows, V / rows}), torch::randint(V, {rows, 8})}, 1);
+  const auto G = torch::randn({rows, V / rows + 8, kDim});
   auto want = full(ids);
   (want * G).sum().backward();
 
-  tp::VocabParallelEmbedding par(kVocab, kDim, group);
+  tp::VocabParallelEmbedding par(V, kDim, group);
   par->load_full(full->weight.detach());
   ASSERT_EQ(par->vocab_start, r * part);
   auto got = par(ids);
   EXPECT_TRUE(close(got, want)) << "embeddings of tokens from every rank's range, rank " << r << " of "
-                                << group.size() << " (tokens outside a rank's range must count as zeros there)";
+                                << group.size() << ", " << part << " rows per rank (tokens outside a rank's range "
+                                << "must count as zeros there)";
   (got * G).sum().backward();
   EXPECT_TRUE(close(par->weight.grad(), full->weight.grad().narrow(0, r * part, part)))
       << "this rank's rows of the embedding gradient";
 }
+
+TP_ROLE(vocab_parallel_embedding) { embedding_equals_full(group, kVocab); }
+// One row per rank (V = t): the smallest shard, where an index other than 0 is out of range.
+TP_ROLE(vocab_parallel_embedding_one_row) { embedding_equals_full(group, group.size()); }
 
 // Logits (B, T, V) = offset + scale * N(0, 1); labels in every rank's range; a mask with a
 // row that counts nothing and a row that counts part of its tokens.
@@ -89,6 +95,12 @@ TP_ROLE(vocab_subgroups) {
 TEST(TPVocab, EmbeddingEqualsFullEmbeddingForTokensOfEveryRank) {
   for (int t : {1, 2, 4})
     tp_test::expect_all_ranks_pass(tp_test::run_ranks(t, "vocab_parallel_embedding"), t, "embedding");
+}
+
+TEST(TPVocab, EmbeddingWithOneTokenPerRank) {
+  for (int t : {2, 4})
+    tp_test::expect_all_ranks_pass(tp_test::run_ranks(t, "vocab_parallel_embedding_one_row"), t,
+                                   "embedding of a vocabulary of t tokens");
 }
 
 TEST(TPVocab, CrossEntropyEqualsMaskedCrossEntropy) {
