@@ -5,7 +5,8 @@
 //     sent the gradient of its input back, and if what was kept stayed in the graph);
 //   - what forward keeps: one entry more after each F, one less after each B, nothing
 //     left at the end (kept_count, observed before every action);
-//   - the messages: one activation per F on chunk 0, one gradient per B on chunk 1.
+//   - the messages: one activation per F on chunk 0, one gradient per B on chunk 1;
+//   - each F runs its chunk's forward exactly once (counted by a stage that counts).
 // Tolerance: 1e-5 + 1e-4 |want| elementwise (float32 sums in another order).
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -39,7 +40,22 @@ Data batch() {
   return {t.narrow(1, 0, kSeqLen).contiguous(), t.narrow(1, 1, kSeqLen).contiguous(), mask};
 }
 
+// A stage that counts its forward calls. Each F must run its chunk once: a second forward (say
+// one under NoGradGuard for the activation it sends) costs a forward more and, with dropout on,
+// sends one draw of the masks while backpropagating through another. (With dropout 0, as here,
+// the two agree, so only the count can tell.)
+class CountingStageImpl : public pp::StageModuleImpl {
+ public:
+  using pp::StageModuleImpl::StageModuleImpl;
+  torch::Tensor forward(const torch::Tensor& input) override {
+    ++calls;
+    return pp::StageModuleImpl::forward(input);
+  }
+  int64_t calls = 0;
+};
+
 struct Outcome {
+  std::vector<int64_t> forwards;  // forward calls per chunk
   pp::BatchResult result;
   std::vector<size_t> kept_before;  // kept_count() before each action
   size_t kept_after = 0;
@@ -50,7 +66,12 @@ struct Outcome {
 Outcome run_in_process(const pp::RankSchedule& schedule, int64_t m) {
   auto full = tiny_model();
   const pp::PipelineShape shape{1, m, 2};
-  auto chunks = pp::build_rank_chunks(full, shape, 0);
+  std::vector<pp::StageModule> chunks;
+  std::vector<std::shared_ptr<CountingStageImpl>> counted;
+  for (int64_t c = 0; c < 2; ++c) {
+    counted.push_back(std::make_shared<CountingStageImpl>(full, c, 2));
+    chunks.push_back(pp::StageModule(std::static_pointer_cast<pp::StageModuleImpl>(counted.back())));
+  }
   pp::P2P p2p(shape, 0, torch::TensorOptions().dtype(torch::kFloat32));
   pp::Executor ex(chunks, shape, 0, p2p);
   const Data d = batch();
@@ -58,6 +79,7 @@ Outcome run_in_process(const pp::RankSchedule& schedule, int64_t m) {
   Outcome o;
   o.result = ex.run(schedule, micro, [&](size_t, const pp::Action&) { o.kept_before.push_back(ex.kept_count()); });
   o.kept_after = ex.kept_count();
+  for (const auto& c : counted) o.forwards.push_back(c->calls);
   o.sent = p2p.messages_sent();
   o.received = p2p.messages_received();
   pp::sum_tied_gradients(chunks, shape, 0);
@@ -135,6 +157,17 @@ TEST(ExecutorStep, AllForwardsFirstKeepsEveryMicroBatchAndMatchesPlainModel) {
   const Plain want = plain_model();
   EXPECT_NEAR(o.result.loss, want.loss, 1e-5 + 1e-4 * want.loss);
   expect_gradients_match(o, want);
+}
+
+TEST(ExecutorStep, EachForwardStepRunsItsChunkOnce) {
+  const int64_t m = 4;
+  pp::RankSchedule s;
+  for (int64_t i = 0; i < m; ++i)
+    for (const auto& a : {pp::F(i, 0), pp::F(i, 1), pp::B(i, 1), pp::B(i, 0)}) s.push_back(a);
+  const Outcome o = run_in_process(s, m);
+  EXPECT_EQ(o.forwards, (std::vector<int64_t>{m, m}))
+      << "forward calls of chunk 0 and chunk 1 for " << m << " micro-batches: each forward_step runs its chunk once "
+      << "and keeps that very output (a second forward, with dropout on, would draw other masks)";
 }
 
 // A backward whose forward never ran is an error naming the action, never a crash.
