@@ -17,7 +17,8 @@ void exchange_with_neighbours(const torch::Tensor& out, const torch::Tensor& in,
   const int n = group.size(), r = group.rank();
   if (n == 1) return;
   if (!out.is_contiguous() || !in.is_contiguous())
-    throw Error("ring::exchange_with_neighbours needs contiguous tensors: narrow() a flat (1-d) view, which is");
+    throw Error("ring::exchange_with_neighbours needs contiguous tensors: narrow() a flat (1-d) tensor, which "
+                "stays contiguous, or call .contiguous() on the tensor first");
   // Receive first, then send: Gloo's send completes only once the receive is posted, so
   // every rank posting both before waiting is what lets the whole ring move at once.
   dist::Work recv, send;
