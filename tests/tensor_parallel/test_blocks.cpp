@@ -100,17 +100,30 @@ TP_ROLE(parallel_block_subgroups) {
 // themselves are each rank's own draw, so only these properties can be compared.
 double zero_fraction(const torch::Tensor& y) { return (y == 0).to(torch::kFloat64).mean().item<double>(); }
 
+kit::GPT2Config dropout_config() {
+  auto cfg = tp_test::tiny_config();
+  cfg.dropout = 0.5;
+  return cfg;
+}
+
+// Checks the parallel layer against the full one in eval mode, then puts it in training mode
+// and returns the training checks' input (seed 8).
 template <typename Full, typename Par>
-void expect_eval_equals_full_with_dropout(Full full, Par par, const kit::dist::Group& group, const char* what) {
+torch::Tensor eval_checked_then_training_input(Full full, Par par, const kit::dist::Group& group, const char* what) {
   par->load_full(*full);
   full->eval();
   par->eval();
   torch::manual_seed(7);
   const torch::Tensor x = torch::randn({kB, kT, tp_test::tiny_config().n_embd});
-  torch::NoGradGuard no_grad;
-  EXPECT_TRUE(close(par(x), full(x))) << what << " in eval mode with dropout 0.5 differs from the full layer, rank "
-                                      << group.rank() << " of " << group.size() << " (where the cases without "
-                                      << "dropout pass, a dropout acts in eval mode: it must act in training only)";
+  {
+    torch::NoGradGuard no_grad;
+    EXPECT_TRUE(close(par(x), full(x))) << what << " in eval mode with dropout 0.5 differs from the full layer, rank "
+                                        << group.rank() << " of " << group.size() << " (where the cases without "
+                                        << "dropout pass, a dropout acts in eval mode: it must act in training only)";
+  }
+  par->train();
+  torch::manual_seed(8);
+  return torch::randn({kB, kT, tp_test::tiny_config().n_embd});
 }
 
 void expect_output_dropout(double frac, const kit::dist::Group& group, const char* what) {
@@ -121,16 +134,11 @@ void expect_output_dropout(double frac, const kit::dist::Group& group, const cha
 }
 
 void attention_with_dropout(const kit::dist::Group& group) {
-  auto cfg = tp_test::tiny_config();
-  cfg.dropout = 0.5;
   torch::manual_seed(3);
-  kit::CausalSelfAttention full(cfg);
-  tp::ParallelAttention par(cfg, group);
-  expect_eval_equals_full_with_dropout(full, par, group, "attention");
-  torch::manual_seed(8);
-  const torch::Tensor x = torch::randn({kB, kT, cfg.n_embd});
+  kit::CausalSelfAttention full(dropout_config());
+  tp::ParallelAttention par(dropout_config(), group);
+  const torch::Tensor x = eval_checked_then_training_input(full, par, group, "attention");
   torch::NoGradGuard no_grad;
-  par->train();
   par->resid_dropout->options.p(0.0);  // attention's dropout alone
   const torch::Tensor eval_y = [&] { par->eval(); auto y = par(x); par->train(); return y; }();
   EXPECT_FALSE(close(par(x), eval_y)) << "attention in training with attn_dropout at p = 0.5 gave its eval output, "
@@ -141,16 +149,11 @@ void attention_with_dropout(const kit::dist::Group& group) {
 }
 
 void mlp_with_dropout(const kit::dist::Group& group) {
-  auto cfg = tp_test::tiny_config();
-  cfg.dropout = 0.5;
   torch::manual_seed(3);
-  kit::MLP full(cfg);
-  tp::ParallelMLP par(cfg, group);
-  expect_eval_equals_full_with_dropout(full, par, group, "MLP");
-  torch::manual_seed(8);
-  const torch::Tensor x = torch::randn({kB, kT, cfg.n_embd});
+  kit::MLP full(dropout_config());
+  tp::ParallelMLP par(dropout_config(), group);
+  const torch::Tensor x = eval_checked_then_training_input(full, par, group, "MLP");
   torch::NoGradGuard no_grad;
-  par->train();
   expect_output_dropout(zero_fraction(par(x)), group, "MLP");
 }
 
