@@ -1,8 +1,7 @@
 # The student files: read from the rubrics ("student_files"), the single lists that the
 # build, the starter generator and the grader all use. grader/rubric.json is assignment 1;
 # grader/assignment<N>/rubric.json the later ones. A student bundle carries grader/rubric.json
-# and its own assignment's rubric only; the list matters with KIT_SOLUTION=ON, in the
-# instructor's checkout, which has every rubric (without it, every starter/*.cpp is built anyway).
+# and its own assignment's rubric only, and grader/bundle.json with every assignment's list.
 file(GLOB _kit_rubrics "${CMAKE_SOURCE_DIR}/grader/assignment*/rubric.json")
 list(PREPEND _kit_rubrics "${CMAKE_SOURCE_DIR}/grader/rubric.json")
 set(KIT_STUDENT_FILES "")
@@ -16,6 +15,26 @@ foreach(_path ${_kit_rubrics})
     list(APPEND KIT_STUDENT_FILES "${_f}")
   endforeach()
 endforeach()
+# A student bundle lacks the other assignments' rubrics; package.py lists every assignment's
+# student files in grader/bundle.json, so that a later assignment's stubs are student files here
+# too (KIT_PREBUILT finds their objects where a build of the whole kit put them).
+if(EXISTS "${CMAKE_SOURCE_DIR}/grader/bundle.json")
+  file(READ "${CMAKE_SOURCE_DIR}/grader/bundle.json" _bundle)
+  set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS "${CMAKE_SOURCE_DIR}/grader/bundle.json")
+  string(JSON _n ERROR_VARIABLE _none LENGTH "${_bundle}" student_files)
+  if(NOT _none AND _n GREATER 0)
+    math(EXPR _last "${_n} - 1")
+    foreach(i RANGE ${_last})
+      string(JSON _k MEMBER "${_bundle}" student_files ${i})
+      string(JSON _m LENGTH "${_bundle}" student_files ${_k})
+      math(EXPR _mlast "${_m} - 1")
+      foreach(j RANGE ${_mlast})
+        string(JSON _f GET "${_bundle}" student_files ${_k} ${j})
+        list(APPEND KIT_STUDENT_FILES "${_f}")
+      endforeach()
+    endforeach()
+  endif()
+endif()
 list(REMOVE_DUPLICATES KIT_STUDENT_FILES)
 
 if(KIT_SOLUTION)

@@ -74,8 +74,11 @@ def all_student_files(kit=KIT) -> list:
     """Every assignment's student files (the build compiles them all: the ones not graded now
     are the kit's starter stubs)."""
     out = []
-    for a in assignments(kit):
-        out += [f for f in load_rubric(kit, a)["student_files"] if f not in out]
+    lists = [load_rubric(kit, a)["student_files"] for a in assignments(kit)]
+    # a student bundle has its own rubrics only; grader/bundle.json lists every assignment's files
+    lists += list(bundle_info(kit).get("student_files", {}).values())
+    for files in lists:
+        out += [f for f in files if f not in out]
     return out
 
 
@@ -674,6 +677,101 @@ def enabled_items(rubric, perf_gates=False):
     return rubric
 
 
+# ---------------------------------------------------------------- a student's own build
+def bundle_info(kit=KIT) -> dict:
+    """grader/bundle.json of a student bundle (package.py writes it: the assignment, which earlier
+    assignments' reference solutions it carries), or {} in the instructor's kit."""
+    path = kit / "grader" / "bundle.json"
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def hidden_patterns(rubric, cases) -> list:
+    """The rubric's test patterns that match no case of this build because their cases are
+    hidden (grader/hidden_tests/, which only the instructor's grader has: Hidden* by name)."""
+    return [p for it in rubric["items"] for p in it.get("tests", [])
+            if not any(fnmatch.fnmatchcase(n, p) for n in cases) and ".Hidden" in p]
+
+
+def cache_value(build_dir: Path, key: str) -> str:
+    for line in (build_dir / "CMakeCache.txt").read_text(errors="replace").splitlines():
+        if line.startswith(key + ":"):
+            return line.split("=", 1)[1]
+    return ""
+
+
+def grade_local(build_dir: Path, jobs: int, items_filter=None, kit=KIT, test_timeout=None, assignment=1,
+                symbol_action=None):
+    """Grade this kit's own student files (starter/<f>, submit_figures/) with the build of it at
+    build_dir, as a student checks their work: the build is brought up to date, then the same
+    cases, verdict channel, sandbox (as the caller: no separate users), rubric, static checks and
+    symbol check as grade(). A student bundle has no hidden cases; the items' hidden patterns are
+    listed and left out, so the instructor's grade can be lower. Given code and tests are the
+    tree's own: a student who changed them is graded here on their copy, by the instructor on
+    the kit's."""
+    rubric, log, t0 = enabled_items(load_rubric(kit, assignment)), [], time.time()
+    if test_timeout is None:
+        test_timeout = rubric["timeouts"].get("test_case_seconds", 0)
+    build_dir = build_dir.resolve()
+    if not (build_dir / "CMakeCache.txt").is_file():
+        raise RuntimeError(f"{build_dir} is not a build of this kit: configure and build first "
+                           f"(cmake -S . -B build && cmake --build build -j 2)")
+    if Path(cache_value(build_dir, "CMAKE_HOME_DIRECTORY")).resolve() != kit.resolve():
+        raise RuntimeError(f"{build_dir} is a build of {cache_value(build_dir, 'CMAKE_HOME_DIRECTORY')}, "
+                           f"not of {kit}: pass the build directory of this tree")
+    if cache_value(build_dir, "KIT_SOLUTION").upper() in ("ON", "1", "TRUE"):
+        raise RuntimeError(f"{build_dir} builds solution/ (KIT_SOLUTION=ON), not your starter/ files: "
+                           "configure a build without it")
+    sandbox = Sandbox(jobs, separate_users=False)
+    log.append(f"assignment {assignment}: " + rubric.get("title", "grader/rubric.json") +
+               f" -- a local grade of {kit / 'starter'} with the build {build_dir}")
+    log.append(sandbox.describe().split("; not root")[0] + " (as you: a local grade)")
+    found = {f: p for f in rubric["student_files"] if (p := regular_file(kit, "starter/" + f))}
+    fig_dir = kit / "submit_figures"
+    figures = {p.name: p for p in sorted(fig_dir.iterdir()) if regular_file(kit, "submit_figures/" + p.name)} \
+        if fig_dir.is_dir() else {}
+    rc, out = run(["cmake", "--build", str(build_dir), "-j", str(jobs)], kit, rubric["timeouts"]["build_seconds"], log)
+    compile_failed = compile_errors_by_file(out, rubric["student_files"]) if rc else {}
+    build_broken = rc != 0
+    if build_broken:
+        log.append("the build failed, so no case ran (the instructor's grader would put the starter stub back "
+                   "for a file that does not compile, score the items that use it 0 and grade the rest):\n"
+                   + out[-4000:])
+    items = [it for it in rubric["items"] if not items_filter or any(k in it["name"] for k in items_filter)]
+    results = {}
+    with tempfile.TemporaryDirectory(prefix="grade-local-") as scratch:
+        try:
+            if not build_broken:
+                programs = suite_programs(build_dir, graded_suites(rubric))
+                cases = list_cases(sandbox, programs, Path(scratch), log)
+                hidden = hidden_patterns(rubric, cases)
+                unmatched = [p for it in rubric["items"] for p in it.get("tests", []) if p not in hidden
+                             and not any(fnmatch.fnmatchcase(n, p) for n in cases)]
+                if unmatched:
+                    raise RuntimeError("rubric test patterns that match no case of this build: " + ", ".join(unmatched))
+                if hidden:
+                    log.append(f"public cases only: this tree has no grader/hidden_tests/, so the {len(hidden)} "
+                               "hidden patterns (" + ", ".join(hidden) + ") are left out; the instructor's "
+                               "grade runs them too and can be lower")
+                patterns = [p for it in items for p in it.get("tests", [])]
+                wanted = {n: c for n, c in cases.items() if any(fnmatch.fnmatchcase(n, p) for p in patterns)
+                          and not any(fnmatch.fnmatchcase(n, p) for p in rubric.get("given_tests", []))}
+                results = run_tests(sandbox, programs, wanted, jobs, rubric["timeouts"]["tests_seconds"],
+                                    test_timeout, rubric.get("may_skip", []), Path(scratch), log)
+        finally:
+            sandbox.sweep()
+    restricted = "restrictions" in rubric
+    static, zeroed = static_item(found, rubric, len(items) + 1 + restricted)
+    checked, symbol_zeroed = (None, set()) if build_broken else symbol_item(
+        found, rubric, build_dir, compile_failed, len(items) + 2 + restricted, symbol_action,
+        cache_value(build_dir, "KIT_PREBUILT"))
+    tests_out = score_items(items, results, figures, compile_failed, build_broken, zeroed | symbol_zeroed,
+                            symbol_zeroed, lambda it: (0, "speed gates are not run by a local grade: "
+                                                          "python3 grader/perf_gates.py --help"))
+    tests_out += checks_items(found, rubric, restricted, len(items), static, checked)
+    return {"score": round(sum(t["score"] for t in tests_out), 2), "execution_time": round(time.time() - t0, 1),
+            "output": "\n".join(log), "tests": tests_out}
+
+
 def grade(submission: Path, work: Path, jobs: int, items_filter=None, kit=KIT, test_timeout=None, assignment=1,
           how=Compile(), perf_gates=False, machine=None, symbol_action=None):
     rubric, log, tests_out, t0 = enabled_items(load_rubric(kit, assignment), perf_gates), [], [], time.time()
@@ -741,7 +839,6 @@ def sync_kit(kit: Path, work: Path, rubric) -> Path:
 
 def grade_in(submission, work, jobs, items_filter, kit, test_timeout, rubric, log, scratch, sandbox, runs,
              assignment=1, how=Compile(), machine=None, symbol_action=None):
-    tests_out = []
     root = unpack(submission, scratch)
     found, figures, ignored = collect(root, rubric)
     if ignored:
@@ -800,7 +897,16 @@ def grade_in(submission, work, jobs, items_filter, kit, test_timeout, rubric, lo
     static, zeroed = static_item(found, rubric, len(items) + 1 + restricted)
     checked, symbol_zeroed = (None, set()) if build_broken else symbol_item(
         found, rubric, build_dir, compile_failed, len(items) + 2 + restricted, symbol_action, how.prebuilt)
-    zeroed = zeroed | symbol_zeroed
+    tests_out = score_items(items, results, figures, compile_failed, build_broken, zeroed | symbol_zeroed,
+                            symbol_zeroed, lambda it: speed_gate(it, gates_built, build_dir, runs, machine, log))
+    return tests_out + checks_items(found, rubric, restricted, len(items), static, checked)
+
+
+def score_items(items, results, figures, compile_failed, build_broken, zeroed, symbol_zeroed, gate):
+    """One results.json entry per rubric item: figures by their PNGs, speed gates by gate(item),
+    test items by the share of their cases that passed (0 when a file they use did not compile,
+    the build broke, or a check flagged a file they use)."""
+    tests_out = []
     for number, it in enumerate(items, 1):
         entry = {"name": it["name"], "number": str(number), "max_score": it["points"], "visibility": "visible"}
         broken = [f for f in it.get("files", []) if f in compile_failed]
@@ -826,7 +932,7 @@ def grade_in(submission, work, jobs, items_filter, kit, test_timeout, rubric, lo
                   for f in flagged]
             entry["output"] = "0 points: " + "; ".join(by) + " (see the static checks and symbol check items)"
         elif "performance" in it:
-            entry["score"], entry["output"] = speed_gate(it, gates_built, build_dir, runs, machine, log)
+            entry["score"], entry["output"] = gate(it)
         else:
             # given_tests check given code (input validation outside the student blocks): they
             # pass with the stubs, so they earn nothing (the starter must score 0). Skipped cases
@@ -845,17 +951,23 @@ def grade_in(submission, work, jobs, items_filter, kit, test_timeout, rubric, lo
             entry["output"] = "\n".join(lines)
         entry["status"] = "passed" if entry["score"] == entry["max_score"] else "failed"
         tests_out.append(entry)
-
-    problems = check_restrictions(found, rubric)
-    if restricted:
-        tests_out.append({"name": "Implementation restrictions (Problem 1: only the kit's dist layer and launcher)",
-                          "number": str(len(items) + 1), "score": 0, "max_score": 0,
-                          "status": "failed" if problems else "passed", "visibility": "visible",
-                          "output": "\n".join(problems) or "no include or call outside the allowed set"})
-    tests_out.append(static)
-    if checked:
-        tests_out.append(checked)
     return tests_out
+
+
+def checks_items(found, rubric, restricted, n_items, static, checked):
+    """The 0-point entries after the items: the restrictions (Assignment 1), the static checks,
+    the symbol check (None when the build broke)."""
+    out = []
+    if restricted:
+        problems = check_restrictions(found, rubric)
+        out.append({"name": "Implementation restrictions (Problem 1: only the kit's dist layer and launcher)",
+                    "number": str(n_items + 1), "score": 0, "max_score": 0,
+                    "status": "failed" if problems else "passed", "visibility": "visible",
+                    "output": "\n".join(problems) or "no include or call outside the allowed set"})
+    out.append(static)
+    if checked:
+        out.append(checked)
+    return out
 
 
 def speed_gate(item, built, build_dir: Path, scratch: Path, machine, log):
@@ -886,7 +998,7 @@ def print_table(results, stream=None):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("submission", type=Path, help="a directory or a .zip")
+    ap.add_argument("submission", type=Path, nargs="?", help="a directory or a .zip (not with --local)")
     ap.add_argument("--assignment", type=int, default=1, metavar="N",
                     help="which assignment to grade (default 1: grader/rubric.json; N >= 2: "
                          "grader/assignment<N>/rubric.json); only its student files are taken")
@@ -912,7 +1024,19 @@ def main(argv=None):
     ap.add_argument("--symbol-action", choices=("zero", "flag"),
                     help="what a finding of the symbol check costs (default: the rubric's "
                          "static_checks.symbols.action, else zero: every item using the file scores 0)")
+    ap.add_argument("--local", type=Path, metavar="BUILD",
+                    help="grade this tree's own starter/ files and submit_figures/ with BUILD, your build of "
+                         "this tree (brought up to date first), instead of a submission: the public cases, "
+                         "the same rubric, verdicts and checks, no separate build (what a student bundle's "
+                         "scripts/test.sh runs)")
+    bundle = bundle_info()
+    if bundle:
+        ap.set_defaults(assignment=bundle["assignment"])
     args = ap.parse_args(argv)
+    if (args.submission is None) == (args.local is None):
+        ap.error("give a submission to grade, or --local BUILD to grade this tree's own files")
+    if args.local and (args.work or args.prebuilt or args.build_only or args.perf_gates):
+        ap.error("--local grades a build you made: --work, --prebuilt, --build-only and --perf-gates do not apply")
     if args.assignment not in assignments():  # a usage error, before any results.json is written
         ap.error(f"there is no assignment {args.assignment}: this kit has assignments "
                  + ", ".join(map(str, assignments())) + " (grader/rubric.json is 1, "
@@ -921,6 +1045,10 @@ def main(argv=None):
         args.items = ["\0"]  # a name no rubric item has
     tmp = None
     try:
+        if args.local:
+            results = grade_local(args.local, args.jobs, args.items, test_timeout=args.test_timeout,
+                                  assignment=args.assignment, symbol_action=args.symbol_action)
+            return finish(args.out, results)
         work = args.work or Path(tmp := tempfile.mkdtemp(prefix="grade-work-"))
         results = grade(args.submission, work.resolve(), args.jobs, args.items, test_timeout=args.test_timeout,
                         assignment=args.assignment,
@@ -934,16 +1062,20 @@ def main(argv=None):
     finally:
         if tmp:
             shutil.rmtree(tmp, ignore_errors=True)
-    # Written only now that every process the submission started is gone (grade() swept them),
-    # and in one rename, so no reader ever sees a half-written file.
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = args.out.with_name(args.out.name + ".tmp")
+    return finish(args.out, results)
+
+
+def finish(out: Path, results) -> int:
+    """Write results.json (only now that every process the submission started is gone: grade()
+    swept them; in one rename, so no reader ever sees a half-written file) and print the table."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp")
     tmp.write_text(json.dumps(results, indent=2) + "\n")
-    os.replace(tmp, args.out)
+    os.replace(tmp, out)
     if results["output"]:
         print(results["output"])
     print_table(results)
-    print(f"results: {args.out}")
+    print(f"results: {out}")
     return 0
 
 

@@ -13,10 +13,15 @@ the starter stubs of every student file ship with each (the programs share them)
 
 student:    the files git tracks, minus the reference solution, the grader internals and the
             other assignments' own material: starter (stubs), given code, public tests, handout,
-            plots, scripts, cmake, CMakeLists.txt, grader/rubric.json (CMake reads it) and
-            grader/assignment<N>/rubric.json. --with-solutions-of K (K < N) puts the reference
-            solution of assignment K's student files in starter/ (for a course that releases
-            assignment N after K is due).
+            plots, scripts, cmake, CMakeLists.txt, grader/rubric.json (CMake reads it),
+            grader/assignment<N>/rubric.json, and what grades locally: grade.py with its sandbox
+            and checks (python3 grader/grade.py --local build: the public cases; the bundle has
+            no hidden tests) and grader/bundle.json (which assignment, which solutions it holds).
+            starter/ holds the reference solution of every earlier assignment's student files
+            (verbatim, markers included), because assignment N's programs and tests run them
+            (Assignment 2's pipelines run Assignment 1's Pipe, the 3D grid runs Assignment 2's
+            code); --stubs-of K ships assignment K's stubs instead, for a course that does not
+            release K's solution (its students then copy their own files of K into starter/).
 gradescope: setup.sh and run_autograder at the zip's root, both passing --assignment N, and the
             kit (with grader/, assignment N's rubric and hidden tests, without solution/ and wrong
             submissions) under kit/. setup.sh installs the packages with scripts/install_deps.sh
@@ -32,7 +37,6 @@ import zipfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from make_starter import BEGIN, END  # noqa: E402
 
 KIT = Path(__file__).resolve().parent.parent
 
@@ -114,9 +118,12 @@ def without_other_assignments(files, n: int):
 
 
 # ---------------------------------------------------------------- the two packages
-# The grader's files a student bundle carries: the speed gates' harness, so that students can
-# time their own code as the grader would (python3 grader/perf_gates.py --build build).
-PUBLIC_GRADER_FILES = ("grader/perf/perf_worker.cpp", "grader/perf_gates.py", "grader/sandbox.py")
+# The grader's files a student bundle carries: the grader itself, so that students grade their own
+# build on the public cases (python3 grader/grade.py --local build), and the speed gates' harness,
+# so that they can time their code as the grader would (python3 grader/perf_gates.py --build build).
+PUBLIC_GRADER_FILES = ("grader/grade.py", "grader/sandbox.py", "grader/symbols.py", "grader/symbols.json",
+                       "grader/perf/perf_worker.cpp", "grader/perf_gates.py")
+BUNDLE_INFO = "grader/bundle.json"
 
 
 def student_files(assignment=1):
@@ -130,21 +137,38 @@ def student_files(assignment=1):
     return without_other_assignments(keep, assignment)
 
 
-def solutions_of(earlier, assignment):
-    """{starter/<f>: reference text} for the student files of each earlier assignment, its
-    BEGIN/END SOLUTION marker lines removed (the code between them stays)."""
+def earlier_solutions(assignment, stubs_of=()):
+    """The earlier assignments whose reference solution a student bundle of `assignment` carries:
+    every one but those in stubs_of."""
+    for k in stubs_of:
+        if k not in assignments() or k >= assignment:
+            raise SystemExit(f"error: --stubs-of {k}: name an earlier assignment than {assignment} "
+                             f"(this kit has {', '.join(map(str, assignments()))})")
+    return [k for k in assignments() if k < assignment and k not in stubs_of]
+
+
+def solutions_of(earlier):
+    """{starter/<f>: reference text} for the student files of each earlier assignment, verbatim
+    (the BEGIN/END SOLUTION markers show what the problem was; and the file is then byte for
+    byte the one a KIT_SOLUTION build compiled, which a build with KIT_PREBUILT links)."""
     out = {}
     for k in earlier:
-        if k not in assignments() or k >= assignment:
-            raise SystemExit(f"error: --with-solutions-of {k}: name an earlier assignment than {assignment} "
-                             f"(this kit has {', '.join(map(str, assignments()))})")
         for f in rubric(k)["student_files"]:
             src = KIT / "solution" / f
             if not src.is_file():
-                raise SystemExit(f"error: {src} does not exist: --with-solutions-of needs the instructor's checkout")
-            lines = src.read_text().splitlines(keepends=True)
-            out["starter/" + f] = "".join(l for l in lines if not BEGIN.match(l) and not END.match(l))
+                raise SystemExit(f"error: {src} does not exist: a student bundle of a later assignment needs "
+                                 "the instructor's checkout (or --stubs-of " + str(k) + ")")
+            out["starter/" + f] = src.read_text()
     return out
+
+
+def bundle_info(assignment, earlier):
+    """grader/bundle.json: which assignment, whose solutions starter/ holds, and every assignment's
+    student files (the bundle lacks the other rubrics; CMake and grade.py read the lists here)."""
+    return json.dumps({"assignment": assignment, "solutions_of": earlier,
+                       "stubs_of": [k for k in assignments() if k < assignment and k not in earlier],
+                       "student_files": {str(k): rubric(k)["student_files"] for k in assignments()}},
+                      indent=1) + "\n"
 
 
 def gradescope_files(assignment=1):
@@ -161,7 +185,11 @@ def write_zip(out: Path, files, prefix, extra=None, replace=None):
     replace = replace or {}
     with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
         for f in files:
-            info = zipfile.ZipInfo.from_file(KIT / f, prefix + f)
+            if (KIT / f).is_file():
+                info = zipfile.ZipInfo.from_file(KIT / f, prefix + f)
+            else:  # written by the packager (grader/bundle.json)
+                info = zipfile.ZipInfo(prefix + f)
+                info.external_attr = 0o644 << 16
             info.date_time = (2020, 1, 1, 0, 0, 0)  # reproducible
             data = replace[f].encode() if f in replace else (KIT / f).read_bytes()
             z.writestr(info, data, zipfile.ZIP_DEFLATED)
@@ -179,9 +207,10 @@ def main(argv=None):
     ap.add_argument("what", choices=["student", "gradescope"])
     ap.add_argument("--assignment", type=int, default=1, metavar="N",
                     help="which assignment (default 1: grader/rubric.json; N >= 2: grader/assignment<N>/)")
-    ap.add_argument("--with-solutions-of", type=int, action="append", default=[], metavar="K",
-                    help="student bundle only: starter/ gets the reference solution of earlier assignment "
-                         "K's student files (repeatable; default: their stubs)")
+    ap.add_argument("--stubs-of", type=int, action="append", default=[], metavar="K",
+                    help="student bundle only: starter/ gets the stubs of earlier assignment K's student files "
+                         "instead of their reference solution (repeatable; the default ships every earlier "
+                         "assignment's solution, which the later programs and tests run)")
     ap.add_argument("--out", type=Path, help="the zip to write (default: kit-student.zip / autograder.zip for "
                                               "assignment 1, kit-student-a<N>.zip / autograder-a<N>.zip for N)")
     ap.add_argument("--list", action="store_true", help="print the file list, write nothing")
@@ -189,15 +218,18 @@ def main(argv=None):
     n = args.assignment
     rubric(n)  # a clear error for an assignment that does not exist
     if args.what == "student":
-        files, replace = student_files(n), solutions_of(args.with_solutions_of, n)
+        earlier = earlier_solutions(n, args.stubs_of)
+        files, replace = student_files(n) + [BUNDLE_INFO], solutions_of(earlier)
+        replace[BUNDLE_INFO] = bundle_info(n, earlier)
         if args.list:
-            print("\n".join(f + ("  (reference solution)" if f in replace else "") for f in files))
+            print("\n".join(f + ("  (reference solution)" if f in replace and f != BUNDLE_INFO else "")
+                            for f in files))
             return 0
         write_zip(args.out or Path("kit-student.zip" if n == 1 else f"kit-student-a{n}.zip"), files, "kit/",
                   replace=replace)
     else:
-        if args.with_solutions_of:
-            ap.error("--with-solutions-of applies to the student bundle only")
+        if args.stubs_of:
+            ap.error("--stubs-of applies to the student bundle only")
         files = gradescope_files(n)
         if args.list:
             print("\n".join(files))

@@ -53,8 +53,10 @@ def _works(cmd) -> bool:
 class Sandbox:
     """Chooses the containment once; run() runs one program in it."""
 
-    def __init__(self, slots: int = 1):
-        self.root = os.geteuid() == 0
+    def __init__(self, slots: int = 1, separate_users: bool = True):
+        # separate_users=False (a student grading their own build): as root too, the cases run
+        # as the caller, in namespaces only, so they can reach a build under /root.
+        self.root = os.geteuid() == 0 and separate_users
         self.slots = max(1, slots)
         ns = ["unshare", "--pid", "--fork", "--kill-child", "--mount-proc"]
         if not self.root:

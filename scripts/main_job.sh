@@ -22,7 +22,7 @@ scripts/install_deps.sh
 SOLUTION=$([ -d solution ] && echo ON || echo OFF)
 step "2/7 build (KIT_SOLUTION=$SOLUTION)"
 cmake -S . -B "$BUILD" -DKIT_SOLUTION="$SOLUTION" -DCMAKE_BUILD_TYPE=Release >/dev/null
-cmake --build "$BUILD" -j "$(nproc)" --target run_data_parallel run_pipeline plot_figures doctor
+cmake --build "$BUILD" -j "$(scripts/jobs.sh)" --target run_data_parallel run_pipeline plot_figures doctor
 
 step "3/7 what this machine can give: GEMM rate of one process, then of two at once"
 one=$("$BUILD/doctor" --gemm-only --seconds 2)

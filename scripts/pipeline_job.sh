@@ -21,7 +21,7 @@ scripts/install_deps.sh
 SOLUTION=$([ -d solution ] && echo ON || echo OFF)
 step "2/4 build (KIT_SOLUTION=$SOLUTION)"
 cmake -S . -B "$BUILD" -DKIT_SOLUTION="$SOLUTION" -DCMAKE_BUILD_TYPE=Release >/dev/null
-cmake --build "$BUILD" -j "$(nproc)" --target bench run_pipeline_training schedule plot_figures
+cmake --build "$BUILD" -j "$(scripts/jobs.sh)" --target bench run_pipeline_training schedule plot_figures
 
 step "3/4 measure: single, model parallel, Pipe, GPipe, 1F1B, interleaved"
 rm -rf "$OUT"

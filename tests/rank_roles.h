@@ -101,6 +101,17 @@ inline void expect_all_ranks_pass(const RankRun& run, int n, const std::string& 
                                                          << run.describe();
 }
 
+// The role on n = each of `sizes` processes in turn, stopping at the first size that fails: its
+// message is the one to read (an unimplemented function fails every size alike, and each size
+// costs its processes' start-up).
+inline void expect_ranks_pass_for(const std::vector<int>& sizes, const std::string& role, const std::string& what,
+                                  double timeout_s = 60) {
+  for (const int n : sizes) {
+    expect_all_ranks_pass(run_ranks(n, role, timeout_s), n, what);
+    if (::testing::Test::HasFailure()) return;
+  }
+}
+
 // Largest |actual - expected| - (atol + rtol |expected|) elementwise: <= 0 passes.
 inline double excess(const torch::Tensor& actual, const torch::Tensor& expected, double atol = 1e-5,
                      double rtol = 1e-4) {

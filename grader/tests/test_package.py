@@ -1,6 +1,7 @@
 """The student bundle holds what students need and nothing of the solution or the grader;
 each assignment's packages hold its own material and no other assignment's."""
 import io
+import json
 import subprocess
 import sys
 import tempfile
@@ -86,23 +87,33 @@ class PerAssignment(unittest.TestCase):
         self.assertEqual(kept, ["tests/a/x.cpp", "tests/b/util.h", "tests/b/more.h"])
 
     @unittest.skipUnless(2 in package.assignments(), "no assignment 2 in this kit")
-    def test_with_solutions_of_an_earlier_assignment(self):
-        replace = package.solutions_of([1], 2)
-        self.assertIn("starter/pipeline/pipe.cpp", replace)
-        text = replace["starter/pipeline/pipe.cpp"]
-        self.assertNotIn("NotImplemented(\"Problem 2.2", text)
-        self.assertNotIn("BEGIN SOLUTION", text)
+    def test_later_bundles_carry_earlier_solutions_unless_told_otherwise(self):
+        self.assertEqual(package.earlier_solutions(2), [1])
+        self.assertEqual(package.earlier_solutions(2, [1]), [])
+        self.assertEqual(package.earlier_solutions(1), [])
+        with self.assertRaises(SystemExit):
+            package.earlier_solutions(2, [2])  # not an earlier assignment
+        replace = package.solutions_of([1])
         self.assertNotIn("starter/pipeline_training/step.cpp", replace)
-        with self.assertRaises(SystemExit):
-            package.solutions_of([2], 2)  # not an earlier assignment
-        with self.assertRaises(SystemExit):
-            package.solutions_of([1], 1)
+        # verbatim: byte for byte the file a KIT_SOLUTION build compiled (KIT_PREBUILT reuses it)
+        self.assertEqual(replace["starter/pipeline/pipe.cpp"], (package.KIT / "solution/pipeline/pipe.cpp").read_text())
         with tempfile.TemporaryDirectory() as tmp, redirect_stdout(io.StringIO()):
-            out = Path(tmp) / "b.zip"
-            package.main(["student", "--assignment", "2", "--with-solutions-of", "1", "--out", str(out)])
+            out, stubs = Path(tmp) / "b.zip", Path(tmp) / "s.zip"
+            package.main(["student", "--assignment", "2", "--out", str(out)])
+            package.main(["student", "--assignment", "2", "--stubs-of", "1", "--out", str(stubs)])
             with zipfile.ZipFile(out) as z:
-                self.assertEqual(z.read("kit/starter/pipeline/pipe.cpp").decode(), text)
+                self.assertEqual(z.read("kit/starter/pipeline/pipe.cpp").decode(), replace["starter/pipeline/pipe.cpp"])
                 self.assertIn(b"NotImplemented", z.read("kit/starter/pipeline_training/step.cpp"))
+                info = json.loads(z.read("kit/grader/bundle.json"))
+                self.assertEqual({k: info[k] for k in ("assignment", "solutions_of", "stubs_of")},
+                                 {"assignment": 2, "solutions_of": [1], "stubs_of": []})
+                self.assertEqual(info["student_files"]["3"], package.rubric(3)["student_files"])
+                for f in package.PUBLIC_GRADER_FILES:
+                    self.assertIn("kit/" + f, z.namelist())
+                self.assertFalse([n for n in z.namelist() if n.startswith("kit/grader/hidden_tests/")])
+            with zipfile.ZipFile(stubs) as z:
+                self.assertIn(b"NotImplemented", z.read("kit/starter/pipeline/pipe.cpp"))
+                self.assertEqual(json.loads(z.read("kit/grader/bundle.json"))["stubs_of"], [1])
 
     def test_an_assignment_that_does_not_exist_is_an_error_naming_those_that_do(self):
         r = subprocess.run([sys.executable, str(package.KIT / "grader/package.py"), "student", "--assignment", "99",

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -46,14 +47,15 @@ Schedules parse_all(const std::vector<std::string>& rows) {
   return s;
 }
 
-// check_complete and the replay, failing with the schedule when either throws.
-Timeline replay(const Schedules& s, const kit::pp::PipelineShape& shape, const std::string& what) {
+// check_complete and the replay, failing with the schedule when either throws. No timeline
+// then: the caller stops, so a deadlock's message is the only failure it shows.
+std::optional<Timeline> replay(const Schedules& s, const kit::pp::PipelineShape& shape, const std::string& what) {
   auto out = std::make_shared<Timeline>();  // shared: a replay that times out outlives this call
   const std::string failed =
       pp_test::run_with_timeout([out, s, shape] { *out = kit::pp::simulate(s, shape, spec_costs()); }, 10);
   if (!failed.empty()) {
     ADD_FAILURE() << what << ": the schedule does not simulate to completion (" << failed << ")" << show(s);
-    return {};
+    return std::nullopt;
   }
   return *out;
 }
@@ -78,10 +80,11 @@ TEST_F(ScheduleGPipe, OneMicrobatch) {
 
 TEST_F(ScheduleGPipe, SpecFactsFourRanksEightMicrobatches) {
   const Schedules s = build(ScheduleKind::GPipe, 4, 8);
-  const Timeline t = replay(s, {4, 8, 1}, "GPipe " + shape_name(4, 8));
-  EXPECT_DOUBLE_EQ(t.makespan, 33) << "(m + p - 1)(F + B) = 11 * 3" << show(s);
-  EXPECT_NEAR(t.bubble_fraction, 3.0 / 11.0, 1e-12) << "(p - 1)/(m + p - 1)";
-  EXPECT_EQ(t.peak_in_flight, (std::vector<int64_t>{8, 8, 8, 8})) << "GPipe keeps every micro-batch on every rank";
+  const std::optional<Timeline> t = replay(s, {4, 8, 1}, "GPipe " + shape_name(4, 8));
+  if (!t) return;
+  EXPECT_DOUBLE_EQ(t->makespan, 33) << "(m + p - 1)(F + B) = 11 * 3" << show(s);
+  EXPECT_NEAR(t->bubble_fraction, 3.0 / 11.0, 1e-12) << "(p - 1)/(m + p - 1)";
+  EXPECT_EQ(t->peak_in_flight, (std::vector<int64_t>{8, 8, 8, 8})) << "GPipe keeps every micro-batch on every rank";
 }
 
 TEST_P(ScheduleGPipe, MatchesReferenceForEveryMicrobatchCount) {
@@ -90,9 +93,10 @@ TEST_P(ScheduleGPipe, MatchesReferenceForEveryMicrobatchCount) {
     const std::string what = "GPipe " + shape_name(p, m);
     const Schedules s = build(ScheduleKind::GPipe, p, m);
     expect_schedules(s, pp_test::ref_all_gpipe(p, m), what);
-    const Timeline t = replay(s, {p, m, 1}, what);
-    EXPECT_DOUBLE_EQ(t.makespan, static_cast<double>(m + p - 1) * (kF + kB)) << what;
-    EXPECT_EQ(t.peak_in_flight, std::vector<int64_t>(static_cast<size_t>(p), m)) << what;
+    const std::optional<Timeline> t = replay(s, {p, m, 1}, what);
+    if (!t) return;
+    EXPECT_DOUBLE_EQ(t->makespan, static_cast<double>(m + p - 1) * (kF + kB)) << what;
+    EXPECT_EQ(t->peak_in_flight, std::vector<int64_t>(static_cast<size_t>(p), m)) << what;
     if (HasFailure()) return;  // one shape's diff is enough
   }
 }
@@ -127,9 +131,10 @@ TEST_F(Schedule1F1B, FewerMicrobatchesThanRanksWarmsUpWithAllOfThem) {
 
 TEST_F(Schedule1F1B, SpecFactsFourRanksEightMicrobatches) {
   const Schedules s = build(ScheduleKind::OneFOneB, 4, 8);
-  const Timeline t = replay(s, {4, 8, 1}, "1F1B " + shape_name(4, 8));
-  EXPECT_DOUBLE_EQ(t.makespan, 33) << "1F1B has GPipe's makespan" << show(s);
-  EXPECT_EQ(t.peak_in_flight, (std::vector<int64_t>{4, 3, 2, 1})) << "rank r keeps at most p - r micro-batches" << show(s);
+  const std::optional<Timeline> t = replay(s, {4, 8, 1}, "1F1B " + shape_name(4, 8));
+  if (!t) return;
+  EXPECT_DOUBLE_EQ(t->makespan, 33) << "1F1B has GPipe's makespan" << show(s);
+  EXPECT_EQ(t->peak_in_flight, (std::vector<int64_t>{4, 3, 2, 1})) << "rank r keeps at most p - r micro-batches" << show(s);
 }
 
 TEST_P(Schedule1F1B, MatchesReferenceForEveryMicrobatchCount) {
@@ -138,10 +143,11 @@ TEST_P(Schedule1F1B, MatchesReferenceForEveryMicrobatchCount) {
     const std::string what = "1F1B " + shape_name(p, m);
     const Schedules s = build(ScheduleKind::OneFOneB, p, m);
     expect_schedules(s, pp_test::ref_all_1f1b(p, m), what);
-    const Timeline t = replay(s, {p, m, 1}, what);
-    EXPECT_DOUBLE_EQ(t.makespan, static_cast<double>(m + p - 1) * (kF + kB)) << what << ": same makespan as GPipe";
+    const std::optional<Timeline> t = replay(s, {p, m, 1}, what);
+    if (!t) return;
+    EXPECT_DOUBLE_EQ(t->makespan, static_cast<double>(m + p - 1) * (kF + kB)) << what << ": same makespan as GPipe";
     for (int64_t r = 0; r < p; ++r)
-      EXPECT_EQ(t.peak_in_flight.at(static_cast<size_t>(r)), std::min(p - r, m)) << what << ", rank " << r;
+      EXPECT_EQ(t->peak_in_flight.at(static_cast<size_t>(r)), std::min(p - r, m)) << what << ", rank " << r;
     if (HasFailure()) return;
   }
 }
@@ -182,9 +188,10 @@ TEST_F(ScheduleInterleaved, FourRanksEightMicrobatchesTwoChunks) {
 
 TEST_F(ScheduleInterleaved, SpecFactsFourRanksEightMicrobatchesTwoChunks) {
   const Schedules s = build(ScheduleKind::Interleaved, 4, 8, 2);
-  const Timeline t = replay(s, {4, 8, 2}, "interleaved " + shape_name(4, 8, 2));
-  EXPECT_DOUBLE_EQ(t.makespan, 28.5) << "m(F + B) + (p - 1)(F + B)/v = 24 + 4.5" << show(s);
-  EXPECT_EQ(t.peak_in_flight, (std::vector<int64_t>{11, 9, 7, 5}))
+  const std::optional<Timeline> t = replay(s, {4, 8, 2}, "interleaved " + shape_name(4, 8, 2));
+  if (!t) return;
+  EXPECT_DOUBLE_EQ(t->makespan, 28.5) << "m(F + B) + (p - 1)(F + B)/v = 24 + 4.5" << show(s);
+  EXPECT_EQ(t->peak_in_flight, (std::vector<int64_t>{11, 9, 7, 5}))
       << "Megatron keeps (p - r - 1)*2 + (v - 1)*p warm-up forwards, plus one" << show(s);
 }
 
@@ -199,9 +206,10 @@ TEST_P(ScheduleInterleaved, MatchesReferenceForEverySupportedMicrobatchCount) {
     const std::string what = "interleaved " + shape_name(p, m, v);
     const Schedules s = build(ScheduleKind::Interleaved, p, m, v);
     expect_schedules(s, pp_test::ref_all_interleaved(p, m, v), what);
-    const Timeline t = replay(s, {p, m, v}, what);
+    const std::optional<Timeline> t = replay(s, {p, m, v}, what);
+    if (!t) return;
     for (int64_t r = 0; r < p; ++r)
-      EXPECT_EQ(t.peak_in_flight.at(static_cast<size_t>(r)), pp_test::ref_interleaved_peak_in_flight(p, m, v, r))
+      EXPECT_EQ(t->peak_in_flight.at(static_cast<size_t>(r)), pp_test::ref_interleaved_peak_in_flight(p, m, v, r))
           << what << ", rank " << r;
     if (HasFailure()) return;
   }

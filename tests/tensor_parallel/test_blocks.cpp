@@ -163,20 +163,19 @@ TP_ROLE(dropout_layers) {
 }
 
 TEST(TPBlock, ParallelAttentionEqualsCausalSelfAttention) {
-  for (int t : {1, 2, 4}) tp_test::expect_all_ranks_pass(tp_test::run_ranks(t, "parallel_attention"), t, "attention");
+  tp_test::expect_ranks_pass_for({1, 2, 4}, "parallel_attention", "attention");
 }
 
 TEST(TPBlock, ParallelMLPEqualsMLP) {
-  for (int t : {1, 2, 4}) tp_test::expect_all_ranks_pass(tp_test::run_ranks(t, "parallel_mlp"), t, "MLP");
+  tp_test::expect_ranks_pass_for({1, 2, 4}, "parallel_mlp", "MLP");
 }
 
 TEST(TPBlock, ParallelBlockEqualsBlockWithTwoAllReducesForwardAndTwoBackward) {
-  for (int t : {1, 2, 4}) tp_test::expect_all_ranks_pass(tp_test::run_ranks(t, "parallel_block"), t, "block");
+  tp_test::expect_ranks_pass_for({1, 2, 4}, "parallel_block", "block");
 }
 
 TEST(TPBlock, DropoutActsInTrainingOnlyAndAfterTheAllReduce) {
-  for (int t : {1, 2, 4})
-    tp_test::expect_all_ranks_pass(tp_test::run_ranks(t, "dropout_layers"), t, "attention and MLP with dropout");
+  tp_test::expect_ranks_pass_for({1, 2, 4}, "dropout_layers", "attention and MLP with dropout");
 }
 
 TEST(TPBlock, ParallelBlockOnTensorGroupsSmallerThanTheWorld) {

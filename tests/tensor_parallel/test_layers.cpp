@@ -84,19 +84,15 @@ TP_ROLE(linear_subgroups) {
 }
 
 TEST(TPLinear, ColumnParallelEqualsLinearSlice) {
-  for (int t : {1, 2, 4})
-    tp_test::expect_all_ranks_pass(tp_test::run_ranks(t, "column_parallel_linear"), t, "ColumnParallelLinear");
+  tp_test::expect_ranks_pass_for({1, 2, 4}, "column_parallel_linear", "ColumnParallelLinear");
 }
 
 TEST(TPLinear, ColumnParallelGatherOutputEqualsLinear) {
-  for (int t : {1, 2, 4})
-    tp_test::expect_all_ranks_pass(tp_test::run_ranks(t, "column_parallel_linear_gathered"), t,
-                                   "ColumnParallelLinear(gather_output)");
+  tp_test::expect_ranks_pass_for({1, 2, 4}, "column_parallel_linear_gathered", "ColumnParallelLinear(gather_output)");
 }
 
 TEST(TPLinear, RowParallelEqualsLinearWithBiasAddedOnce) {
-  for (int t : {1, 2, 4})
-    tp_test::expect_all_ranks_pass(tp_test::run_ranks(t, "row_parallel_linear"), t, "RowParallelLinear");
+  tp_test::expect_ranks_pass_for({1, 2, 4}, "row_parallel_linear", "RowParallelLinear");
 }
 
 TEST(TPLinear, BothLayersOnTensorGroupsSmallerThanTheWorld) {

@@ -60,11 +60,11 @@ TP_ROLE(mappings_subgroups) {
 }
 
 TEST(TPMappings, CopyIsIdentityForwardAndSumsGradientsOverRanksBackward) {
-  for (int t : {1, 2, 4}) tp_test::expect_all_ranks_pass(tp_test::run_ranks(t, "f_mapping"), t, "f");
+  tp_test::expect_ranks_pass_for({1, 2, 4}, "f_mapping", "f");
 }
 
 TEST(TPMappings, ReduceSumsOverRanksForwardAndIsIdentityBackward) {
-  for (int t : {1, 2, 4}) tp_test::expect_all_ranks_pass(tp_test::run_ranks(t, "g_mapping"), t, "g");
+  tp_test::expect_ranks_pass_for({1, 2, 4}, "g_mapping", "g");
 }
 
 TEST(TPMappings, BothOnTensorGroupsSmallerThanTheWorld) {

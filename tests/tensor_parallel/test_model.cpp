@@ -108,7 +108,7 @@ TP_ROLE(model_adamw_steps) {
 TP_ROLE(model_subgroups) { rank_role_model_forward_backward(tp_test::strided_pair_group()); }
 
 TEST(TPModel, LogitsLossAndEveryGradientEqualOneProcess) {
-  for (int t : {1, 2, 4}) tp_test::expect_all_ranks_pass(tp_test::run_ranks(t, "model_forward_backward"), t, "GPT-2");
+  tp_test::expect_ranks_pass_for({1, 2, 4}, "model_forward_backward", "GPT-2");
 }
 
 TEST(TPModel, LogitsLossAndEveryGradientOnTensorGroupsSmallerThanTheWorld) {
@@ -116,7 +116,7 @@ TEST(TPModel, LogitsLossAndEveryGradientOnTensorGroupsSmallerThanTheWorld) {
 }
 
 TEST(TPModel, ParametersAfterThreeAdamWStepsGatheredEqualOneProcess) {
-  for (int t : {1, 2, 4}) tp_test::expect_all_ranks_pass(tp_test::run_ranks(t, "model_adamw_steps"), t, "AdamW");
+  tp_test::expect_ranks_pass_for({1, 2, 4}, "model_adamw_steps", "AdamW");
 }
 
 // Given code (sharding.cpp) around shard_qkv (Problem 4.3): t shards put back together are

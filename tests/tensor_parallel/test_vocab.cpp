@@ -93,25 +93,20 @@ TP_ROLE(vocab_subgroups) {
 }
 
 TEST(TPVocab, EmbeddingEqualsFullEmbeddingForTokensOfEveryRank) {
-  for (int t : {1, 2, 4})
-    tp_test::expect_all_ranks_pass(tp_test::run_ranks(t, "vocab_parallel_embedding"), t, "embedding");
+  tp_test::expect_ranks_pass_for({1, 2, 4}, "vocab_parallel_embedding", "embedding");
 }
 
 TEST(TPVocab, EmbeddingWithOneTokenPerRank) {
-  for (int t : {2, 4})
-    tp_test::expect_all_ranks_pass(tp_test::run_ranks(t, "vocab_parallel_embedding_one_row"), t,
-                                   "embedding of a vocabulary of t tokens");
+  tp_test::expect_ranks_pass_for({2, 4}, "vocab_parallel_embedding_one_row", "embedding of a vocabulary of t tokens");
 }
 
 TEST(TPVocab, CrossEntropyEqualsMaskedCrossEntropy) {
-  for (int t : {1, 2, 4})
-    tp_test::expect_all_ranks_pass(tp_test::run_ranks(t, "vocab_parallel_cross_entropy"), t, "cross-entropy");
+  tp_test::expect_ranks_pass_for({1, 2, 4}, "vocab_parallel_cross_entropy", "cross-entropy");
 }
 
 TEST(TPVocab, CrossEntropyOfLabelsOnTheShardBoundaries) {
-  for (int t : {2, 4})
-    tp_test::expect_all_ranks_pass(tp_test::run_ranks(t, "vocab_parallel_cross_entropy_boundaries"), t,
-                                   "cross-entropy, labels on the shard boundaries");
+  tp_test::expect_ranks_pass_for({2, 4}, "vocab_parallel_cross_entropy_boundaries",
+                                 "cross-entropy, labels on the shard boundaries");
 }
 
 TEST(TPVocab, EmbeddingAndCrossEntropyOnTensorGroupsSmallerThanTheWorld) {
@@ -120,9 +115,8 @@ TEST(TPVocab, EmbeddingAndCrossEntropyOnTensorGroupsSmallerThanTheWorld) {
 }
 
 TEST(TPVocab, CrossEntropyOfLogitsAround1e4IsFiniteAndEqual) {
-  for (int t : {1, 2, 4})
-    tp_test::expect_all_ranks_pass(tp_test::run_ranks(t, "vocab_parallel_cross_entropy_large_logits"), t,
-                                   "cross-entropy, logits around 1e4");
+  tp_test::expect_ranks_pass_for({1, 2, 4}, "vocab_parallel_cross_entropy_large_logits",
+                                 "cross-entropy, logits around 1e4");
 }
 
 }  // namespace

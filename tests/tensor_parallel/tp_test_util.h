@@ -21,6 +21,7 @@ using rank_test::close;
 using rank_test::excess;
 using rank_test::expect_all_ranks_pass;
 using rank_test::expect_error_naming;
+using rank_test::expect_ranks_pass_for;
 using rank_test::RankRun;
 using rank_test::run_ranks;
 

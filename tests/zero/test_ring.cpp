@@ -17,6 +17,7 @@ namespace {
 namespace ring = kit::ring;
 namespace dist = kit::dist;
 using rank_test::expect_all_ranks_pass;
+using rank_test::expect_ranks_pass_for;
 using rank_test::run_ranks;
 
 const std::vector<int64_t> kSizes = {1, 7, 1000000};
@@ -181,23 +182,21 @@ RANK_ROLE(ring_not_contiguous) {
          "sums: work in place on the caller's tensor, or reject it (reshape copies a non-contiguous tensor)";
 }
 
-void run_for_world_sizes(const std::string& role, const std::vector<int>& world_sizes) {
-  for (const int n : world_sizes) {
-    const auto run = run_ranks(n, role, 90);
-    expect_all_ranks_pass(run, n, role);
-    if (::testing::Test::HasFailure()) return;  // one world size's logs are enough to read
-  }
-}
-
 }  // namespace
 
 // The halves on 3 and 4 ranks (chunks of unequal sizes for 7 and 10^6 elements); the
 // all-reduce, which is both, on every world size from 2 to 5.
-TEST(Ring, ReduceScatterLeavesEachRankItsChunkSummed) { run_for_world_sizes("ring_reduce_scatter", {3, 4}); }
+TEST(Ring, ReduceScatterLeavesEachRankItsChunkSummed) {
+  expect_ranks_pass_for({3, 4}, "ring_reduce_scatter", "ring_reduce_scatter", 90);
+}
 
-TEST(Ring, AllGatherGivesEveryRankEveryChunk) { run_for_world_sizes("ring_all_gather", {3, 4}); }
+TEST(Ring, AllGatherGivesEveryRankEveryChunk) {
+  expect_ranks_pass_for({3, 4}, "ring_all_gather", "ring_all_gather", 90);
+}
 
-TEST(Ring, AllReduceEqualsTheBuiltInAndSendsTwoNMinusOneOverNOfTheTensor) { run_for_world_sizes("ring_all_reduce", {2, 3, 4, 5}); }
+TEST(Ring, AllReduceEqualsTheBuiltInAndSendsTwoNMinusOneOverNOfTheTensor) {
+  expect_ranks_pass_for({2, 3, 4, 5}, "ring_all_reduce", "ring_all_reduce", 90);
+}
 
 TEST(Ring, AllReduceWorksOnASubgroup) {
   const auto run = run_ranks(4, "ring_all_reduce_subgroup", 60);

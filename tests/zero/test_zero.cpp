@@ -27,6 +27,7 @@ namespace {
 namespace zero = kit::zero;
 namespace dist = kit::dist;
 using rank_test::expect_all_ranks_pass;
+using rank_test::expect_ranks_pass_for;
 using rank_test::run_ranks;
 
 constexpr int64_t kRowsPerRank = 2, kSeqLen = 8, kVocab = 64, kSteps = 5;
@@ -310,17 +311,11 @@ TEST(Zero, UpdateShardIsAdamWOnItsShardAlone) {
 }
 
 TEST(Zero, Stage1MatchesAdamWOnTheWholeBatch) {
-  for (const int n : {2, 3, 4}) {
-    expect_all_ranks_pass(run_ranks(n, "zero_stage1", 90), n, "ZeRO stage 1");
-    if (HasFailure()) return;
-  }
+  expect_ranks_pass_for({2, 3, 4}, "zero_stage1", "ZeRO stage 1", 90);
 }
 
 TEST(Zero, Stage2MatchesAdamWAndKeepsOnlyItsGradientShard) {
-  for (const int n : {2, 3, 4}) {
-    expect_all_ranks_pass(run_ranks(n, "zero_stage2", 90), n, "ZeRO stage 2");
-    if (HasFailure()) return;
-  }
+  expect_ranks_pass_for({2, 3, 4}, "zero_stage2", "ZeRO stage 2", 90);
 }
 
 TEST(Zero, BothStagesMatchAdamWInsideGroupsSmallerThanTheWorld) {
