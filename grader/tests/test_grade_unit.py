@@ -6,6 +6,7 @@ speed gates' protocol (with a stand-in worker).
     python3 grader/tests/test_grade_unit.py        (ctest: grader.grade_unit)
 """
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -114,6 +115,21 @@ class Assignments(unittest.TestCase):
             (root / "starter" / f).parent.mkdir(parents=True, exist_ok=True)
             (root / "starter" / f).write_text(f"// stub of {f}\n")
         return root
+
+    def test_each_test_item_has_a_label_that_selects_it_alone(self):
+        # ctest -L takes a regular expression and searches every label of a case: an item's
+        # label must match no other label a case can carry (other items', suites', needs_a<K>).
+        rubrics = [grade.load_rubric(assignment=n) for n in grade.assignments()]
+        labels = [it.get("label") for r in rubrics for it in r["items"] if "tests" in it]
+        self.assertNotIn(None, labels, "every item with tests needs a label (tests/graded_cases.cmake)")
+        suites = {t.split(".")[0] for r in rubrics for it in r["items"] for t in it.get("tests", [])}
+        others = set(labels) | suites | {"slow", "bench", "setup", "grader", "foundation", "plots",
+                                         "in_solution_selftest", "grader_selftest", "grader_selftest_full"}
+        others |= {f"needs_a{n}" for n in grade.assignments()}
+        self.assertEqual(len(labels), len(set(labels)), "labels must differ")
+        for label in labels:
+            self.assertRegex(label, r"^p[0-9]+\.[0-9]+_[a-z0-9_]+$")
+            self.assertEqual([o for o in others if o != label and re.search(label, o)], [], label)
 
     def test_each_assignment_reads_its_own_rubric(self):
         self.assertEqual(grade.assignments()[0], 1)

@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 
+#include "build_programs.h"
 #include "gnuplot_png.h"
 #include "plots_test_util.h"
 
@@ -24,7 +25,7 @@ std::string sh_quote(const std::string& s) {
 // Runs plot_figures with `args` (already quoted) in `dir`, capturing stdout and stderr.
 Result plot_figures(const TempDir& dir, const std::string& args) {
   const std::string out = dir / "stdout.txt", err = dir / "stderr.txt";
-  const std::string cmd = "cd " + sh_quote(dir.path()) + " && " + sh_quote(PLOT_FIGURES_EXE) + " " + args + " >" +
+  const std::string cmd = "cd " + sh_quote(dir.path()) + " && " + sh_quote(kit_test::build_program("plot_figures")) + " " + args + " >" +
                           sh_quote(out) + " 2>" + sh_quote(err);
   const int raw = std::system(cmd.c_str());
   Result r;
