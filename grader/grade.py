@@ -1002,7 +1002,8 @@ def main(argv=None):
     ap.add_argument("--assignment", type=int, default=1, metavar="N",
                     help="which assignment to grade (default 1: grader/rubric.json; N >= 2: "
                          "grader/assignment<N>/rubric.json); only its student files are taken")
-    ap.add_argument("--out", type=Path, default=Path("results.json"), help="where to write results.json")
+    ap.add_argument("--out", type=Path, help="where to write results.json (default: results.json; with --local, "
+                                              "BUILD/results.json)")
     ap.add_argument("--work", type=Path, help="build directory to (re)use; default: a temporary one")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
     ap.add_argument("--items", nargs="*", help="grade only rubric items whose name contains one of these")
@@ -1041,6 +1042,8 @@ def main(argv=None):
         ap.error(f"there is no assignment {args.assignment}: this kit has assignments "
                  + ", ".join(map(str, assignments())) + " (grader/rubric.json is 1, "
                  "grader/assignment<N>/rubric.json is N)")
+    if args.out is None:
+        args.out = args.local / "results.json" if args.local else Path("results.json")
     if args.build_only:
         args.items = ["\0"]  # a name no rubric item has
     tmp = None

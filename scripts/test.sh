@@ -37,7 +37,7 @@ if [[ -f grader/bundle.json && ! -d solution ]]; then
   echo "== the given tests (your problems' tests: the handout's command for each)"
   ctest --test-dir "$BUILD" --output-on-failure -j "$JOBS" -LE "^(p[0-9].*|needs_a[$N-9])\$"
   echo "== your assignment $N, graded on the public cases"
-  python3 grader/grade.py --local "$BUILD" --assignment "$N" --jobs "$JOBS" --out "$BUILD/results.json"
+  python3 grader/grade.py --local "$BUILD" --assignment "$N" --jobs "$JOBS"
   exit 0
 fi
 

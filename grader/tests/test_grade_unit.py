@@ -5,6 +5,7 @@ speed gates' protocol (with a stand-in worker).
 
     python3 grader/tests/test_grade_unit.py        (ctest: grader.grade_unit)
 """
+import io
 import os
 import re
 import signal
@@ -14,6 +15,7 @@ import tempfile
 import time
 import unittest
 import zipfile
+from contextlib import redirect_stderr
 from pathlib import Path
 
 GRADER = Path(__file__).resolve().parent.parent
@@ -263,6 +265,33 @@ class Assignments(unittest.TestCase):
                       ["--prebuilt", "/main/build"]):
             self.assertIn(flags, [argv[i:i + len(flags)] for i in range(len(argv))])
         self.assertNotIn("--prebuilt", grade.check_argv(Path("sub"), Path("w"), Path("o"), 1))
+
+
+class LocalGrade(unittest.TestCase):
+    """grade.py --local BUILD: a student's own build, graded on the public cases."""
+
+    def test_hidden_patterns_are_those_of_hidden_cases_only(self):
+        rubric = {"items": [{"tests": ["s.A.*", "s.HiddenA.*"]}, {"tests": ["s.B.*"]}]}
+        self.assertEqual(grade.hidden_patterns(rubric, {"s.A.x": 0, "s.B.y": 0}), ["s.HiddenA.*"])
+        # a public pattern that matches nothing is not "hidden": grade_local reports it as an error
+        self.assertEqual(grade.hidden_patterns(rubric, {"s.A.x": 0}), ["s.HiddenA.*"])
+
+    def test_a_directory_that_is_no_build_of_this_tree_is_a_clear_error(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            with self.assertRaisesRegex(RuntimeError, "not a build of this kit: configure and build first"):
+                grade.grade_local(Path(tmp), 1)
+            (Path(tmp) / "CMakeCache.txt").write_text("CMAKE_HOME_DIRECTORY:INTERNAL=/elsewhere\n")
+            with self.assertRaisesRegex(RuntimeError, "a build of /elsewhere, not of"):
+                grade.grade_local(Path(tmp), 1)
+            (Path(tmp) / "CMakeCache.txt").write_text(f"CMAKE_HOME_DIRECTORY:INTERNAL={grade.KIT}\n"
+                                                      "KIT_SOLUTION:BOOL=ON\n")
+            with self.assertRaisesRegex(RuntimeError, "KIT_SOLUTION=ON"):
+                grade.grade_local(Path(tmp), 1)
+
+    def test_local_takes_no_submission_and_no_work_dir(self):
+        for argv in (["sub", "--local", "build"], ["--local", "build", "--work", "/tmp/w"], []):
+            with self.assertRaises(SystemExit), redirect_stderr(io.StringIO()):
+                grade.main(argv)
 
 
 class Run(unittest.TestCase):
