@@ -2,10 +2,16 @@
 # build, the starter generator and the grader all use. grader/rubric.json is assignment 1;
 # grader/assignment<N>/rubric.json the later ones. A student bundle carries grader/rubric.json
 # and its own assignment's rubric only, and grader/bundle.json with every assignment's list.
-file(GLOB _kit_rubrics "${CMAKE_SOURCE_DIR}/grader/assignment*/rubric.json")
-list(PREPEND _kit_rubrics "${CMAKE_SOURCE_DIR}/grader/rubric.json")
+# KIT_RUBRICS: the rubrics this tree has, Assignment 1's first (tests/ labels cases from them).
+file(GLOB _kit_later "${CMAKE_SOURCE_DIR}/grader/assignment*/rubric.json")
+set(KIT_RUBRICS "${CMAKE_SOURCE_DIR}/grader/rubric.json")
+foreach(_path ${_kit_later})
+  if(_path MATCHES "/grader/assignment([0-9]+)/rubric.json$" AND CMAKE_MATCH_1 GREATER_EQUAL 2)
+    list(APPEND KIT_RUBRICS "${_path}")
+  endif()
+endforeach()
 set(KIT_STUDENT_FILES "")
-foreach(_path ${_kit_rubrics})
+foreach(_path ${KIT_RUBRICS})
   file(READ "${_path}" _rubric)
   set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS "${_path}")
   string(JSON _n LENGTH "${_rubric}" student_files)

@@ -385,6 +385,14 @@ def case_verdict(r, gtest_name, may_skip: bool, timeout):
                     "verdict and END 1\n" + out)
 
 
+def wanted_cases(cases, items, rubric):
+    """The cases the items grade: those their patterns match, but given_tests (given code's own
+    checks, which pass with the stubs and so earn nothing)."""
+    patterns = [p for it in items for p in it.get("tests", [])]
+    return {n: c for n, c in cases.items() if any(fnmatch.fnmatchcase(n, p) for p in patterns)
+            and not any(fnmatch.fnmatchcase(n, p) for p in rubric.get("given_tests", []))}
+
+
 def run_tests(sandbox, programs, cases, jobs: int, budget: int, test_timeout, may_skip, scratch: Path, log):
     """{graded name: (status, output)}: every case in its own sandboxed process, `jobs` at a time."""
     t0, results = time.time(), {}
@@ -586,10 +594,7 @@ def graded_cases(kit_copy: Path, build_dir: Path, work: Path, rubric, stubs, san
         listed_in = build_dir
     cases = list_cases(None if how.prebuilt else sandbox, suite_programs(listed_in, graded_suites(rubric)),
                        scratch, log)
-    unmatched = [p for it in rubric["items"] for p in it.get("tests", [])
-                 if not any(fnmatch.fnmatchcase(n, p) for n in cases)]
-    if unmatched:
-        raise RuntimeError("rubric test patterns that match no case of the kit: " + ", ".join(unmatched))
+    check_patterns(rubric, cases)
     store_cases(cache, cases, assignment)
     return cases
 
@@ -685,11 +690,24 @@ def bundle_info(kit=KIT) -> dict:
     return json.loads(path.read_text()) if path.is_file() else {}
 
 
+def unmatched_patterns(rubric, cases) -> list:
+    """The rubric's test patterns that match no case in `cases`."""
+    return [p for it in rubric["items"] for p in it.get("tests", [])
+            if not any(fnmatch.fnmatchcase(n, p) for n in cases)]
+
+
+def check_patterns(rubric, cases, hidden=()):
+    """Every test pattern of the rubric matches a case (but the `hidden` ones): else the rubric
+    and the kit disagree, and grading stops rather than score an item on fewer cases."""
+    unmatched = [p for p in unmatched_patterns(rubric, cases) if p not in hidden]
+    if unmatched:
+        raise RuntimeError("rubric test patterns that match no case of the kit: " + ", ".join(unmatched))
+
+
 def hidden_patterns(rubric, cases) -> list:
     """The rubric's test patterns that match no case of this build because their cases are
     hidden (grader/hidden_tests/, which only the instructor's grader has: Hidden* by name)."""
-    return [p for it in rubric["items"] for p in it.get("tests", [])
-            if not any(fnmatch.fnmatchcase(n, p) for n in cases) and ".Hidden" in p]
+    return [p for p in unmatched_patterns(rubric, cases) if ".Hidden" in p]
 
 
 def cache_value(build_dir: Path, key: str) -> str:
@@ -744,30 +762,18 @@ def grade_local(build_dir: Path, jobs: int, items_filter=None, kit=KIT, test_tim
                 programs = suite_programs(build_dir, graded_suites(rubric))
                 cases = list_cases(sandbox, programs, Path(scratch), log)
                 hidden = hidden_patterns(rubric, cases)
-                unmatched = [p for it in rubric["items"] for p in it.get("tests", []) if p not in hidden
-                             and not any(fnmatch.fnmatchcase(n, p) for n in cases)]
-                if unmatched:
-                    raise RuntimeError("rubric test patterns that match no case of this build: " + ", ".join(unmatched))
+                check_patterns(rubric, cases, hidden)
                 if hidden:
                     log.append(f"public cases only: this tree has no grader/hidden_tests/, so the {len(hidden)} "
                                "hidden patterns (" + ", ".join(hidden) + ") are left out; the instructor's "
                                "grade runs them too and can be lower")
-                patterns = [p for it in items for p in it.get("tests", [])]
-                wanted = {n: c for n, c in cases.items() if any(fnmatch.fnmatchcase(n, p) for p in patterns)
-                          and not any(fnmatch.fnmatchcase(n, p) for p in rubric.get("given_tests", []))}
-                results = run_tests(sandbox, programs, wanted, jobs, rubric["timeouts"]["tests_seconds"],
+                results = run_tests(sandbox, programs, wanted_cases(cases, items, rubric), jobs, rubric["timeouts"]["tests_seconds"],
                                     test_timeout, rubric.get("may_skip", []), Path(scratch), log)
         finally:
             sandbox.sweep()
-    restricted = "restrictions" in rubric
-    static, zeroed = static_item(found, rubric, len(items) + 1 + restricted)
-    checked, symbol_zeroed = (None, set()) if build_broken else symbol_item(
-        found, rubric, build_dir, compile_failed, len(items) + 2 + restricted, symbol_action,
-        cache_value(build_dir, "KIT_PREBUILT"))
-    tests_out = score_items(items, results, figures, compile_failed, build_broken, zeroed | symbol_zeroed,
-                            symbol_zeroed, lambda it: (0, "speed gates are not run by a local grade: "
-                                                          "python3 grader/perf_gates.py --help"))
-    tests_out += checks_items(found, rubric, restricted, len(items), static, checked)
+    tests_out = report(items, rubric, found, figures, results, compile_failed, build_broken, build_dir,
+                       symbol_action, cache_value(build_dir, "KIT_PREBUILT"),
+                       lambda it: (0, "speed gates are not run by a local grade: python3 grader/perf_gates.py --help"))
     return {"score": round(sum(t["score"] for t in tests_out), 2), "execution_time": round(time.time() - t0, 1),
             "output": "\n".join(log), "tests": tests_out}
 
@@ -878,9 +884,7 @@ def grade_in(submission, work, jobs, items_filter, kit, test_timeout, rubric, lo
     if build_broken:
         log.append("the kit did not build:\n" + out[-4000:])
 
-    patterns = [p for it in items for p in it.get("tests", [])]
-    wanted = {n: c for n, c in cases.items() if any(fnmatch.fnmatchcase(n, p) for p in patterns)
-              and not any(fnmatch.fnmatchcase(n, p) for p in rubric.get("given_tests", []))}
+    wanted = wanted_cases(cases, items, rubric)
     results = {} if build_broken or not wanted else run_tests(
         sandbox, suite_programs(build_dir, graded_suites(rubric)), wanted, jobs,
         rubric["timeouts"]["tests_seconds"], test_timeout, rubric.get("may_skip", []), runs, log)
@@ -893,13 +897,27 @@ def grade_in(submission, work, jobs, items_filter, kit, test_timeout, rubric, lo
                         how, targets=["perf_worker", "perf_worker_reference"])
         gates_built = (rc == 0, out)
 
+    return report(items, rubric, found, figures, results, compile_failed, build_broken, build_dir, symbol_action,
+                  how.prebuilt, lambda it: speed_gate(it, gates_built, build_dir, runs, machine, log))
+
+
+def report(items, rubric, found, figures, results, compile_failed, build_broken, build_dir, symbol_action,
+           prebuilt, gate):
+    """results.json's entries: the items scored (score_items), then the 0-point entries of the
+    checks, whose findings can zero the items that use a flagged file."""
     restricted = "restrictions" in rubric  # Assignment 1's Problem 1 only
     static, zeroed = static_item(found, rubric, len(items) + 1 + restricted)
     checked, symbol_zeroed = (None, set()) if build_broken else symbol_item(
-        found, rubric, build_dir, compile_failed, len(items) + 2 + restricted, symbol_action, how.prebuilt)
+        found, rubric, build_dir, compile_failed, len(items) + 2 + restricted, symbol_action, prebuilt)
     tests_out = score_items(items, results, figures, compile_failed, build_broken, zeroed | symbol_zeroed,
-                            symbol_zeroed, lambda it: speed_gate(it, gates_built, build_dir, runs, machine, log))
-    return tests_out + checks_items(found, rubric, restricted, len(items), static, checked)
+                            symbol_zeroed, gate)
+    if restricted:
+        problems = check_restrictions(found, rubric)
+        tests_out.append({"name": "Implementation restrictions (Problem 1: only the kit's dist layer and launcher)",
+                          "number": str(len(items) + 1), "score": 0, "max_score": 0,
+                          "status": "failed" if problems else "passed", "visibility": "visible",
+                          "output": "\n".join(problems) or "no include or call outside the allowed set"})
+    return tests_out + [static] + ([checked] if checked else [])
 
 
 def score_items(items, results, figures, compile_failed, build_broken, zeroed, symbol_zeroed, gate):
@@ -952,22 +970,6 @@ def score_items(items, results, figures, compile_failed, build_broken, zeroed, s
         entry["status"] = "passed" if entry["score"] == entry["max_score"] else "failed"
         tests_out.append(entry)
     return tests_out
-
-
-def checks_items(found, rubric, restricted, n_items, static, checked):
-    """The 0-point entries after the items: the restrictions (Assignment 1), the static checks,
-    the symbol check (None when the build broke)."""
-    out = []
-    if restricted:
-        problems = check_restrictions(found, rubric)
-        out.append({"name": "Implementation restrictions (Problem 1: only the kit's dist layer and launcher)",
-                    "number": str(n_items + 1), "score": 0, "max_score": 0,
-                    "status": "failed" if problems else "passed", "visibility": "visible",
-                    "output": "\n".join(problems) or "no include or call outside the allowed set"})
-    out.append(static)
-    if checked:
-        out.append(checked)
-    return out
 
 
 def speed_gate(item, built, build_dir: Path, scratch: Path, machine, log):
