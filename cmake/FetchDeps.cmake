@@ -62,34 +62,13 @@ set(KIT_DEP_gnuplot_iostream_SHA256 09c7c1db251cb03b00e3edb2a4d1e457ed50aed8fcb4
 set(KIT_DEP_gnuplot_iostream_URLS
     ${_deb}/g/gnuplot-iostream/gnuplot-iostream_0%7E20140302.gitc8919a0%2Bdfsg.orig.tar.xz)
 
-# kit_fetch_prepare(<name> <reason-var>): makes <name>'s pinned source available to
-# FetchContent (declared, not yet added). On failure sets <reason-var> to why, in words
-# for the error message; on success leaves it empty.
-function(kit_fetch_prepare name reason_var)
+# kit_fetch_download(<name> <file-var> <reason-var>): downloads <name>'s pinned archive into
+# KIT_DEPS_DOWNLOAD_DIR, trying each of its URLs, and sets <file-var> to its path. On
+# failure sets <reason-var> to why (one line for the error message); else leaves it empty.
+function(kit_fetch_download name file_var reason_var)
   set(${reason_var} "" PARENT_SCOPE)
-  string(TOUPPER "${name}" uc)
-  string(TOLOWER "${name}" lc)
   set(sha "${KIT_DEP_${name}_SHA256}")
   set(urls ${KIT_DEP_${name}_URLS})
-  list(GET urls 0 first_url)
-  if(FETCHCONTENT_SOURCE_DIR_${uc})   # the user's own copy: FetchContent uses it as it is
-    FetchContent_Declare(${name} URL "${first_url}" URL_HASH SHA256=${sha})
-    return()
-  endif()
-  if(NOT KIT_FETCH_DEPS)
-    set(${reason_var} "not installed, and downloading is off (KIT_FETCH_DEPS=OFF)" PARENT_SCOPE)
-    return()
-  endif()
-  if(FETCHCONTENT_FULLY_DISCONNECTED)
-    # FetchContent then skips its own steps and trusts an earlier configure's source tree.
-    if(EXISTS "${FETCHCONTENT_BASE_DIR}/${lc}-src")
-      FetchContent_Declare(${name} URL "${first_url}" URL_HASH SHA256=${sha})
-    else()
-      set(${reason_var} "not installed, and FETCHCONTENT_FULLY_DISCONNECTED=ON forbids downloading it"
-          PARENT_SCOPE)
-    endif()
-    return()
-  endif()
   # Download here rather than in FetchContent: a failed download then becomes a line of
   # the one error message instead of a stack of sub-build logs. A file already present
   # with the right hash (an earlier configure, or copied in by hand) is used as it is.
@@ -129,6 +108,42 @@ function(kit_fetch_prepare name reason_var)
     set(${reason_var} "not installed, and the download failed (${errors})" PARENT_SCOPE)
     return()
   endif()
+  set(${file_var} "${file}" PARENT_SCOPE)
+endfunction()
+
+# kit_fetch_prepare(<name> <reason-var>): makes <name>'s pinned source available to
+# FetchContent (declared, not yet added). On failure sets <reason-var> to why, in words
+# for the error message; on success leaves it empty.
+function(kit_fetch_prepare name reason_var)
+  set(${reason_var} "" PARENT_SCOPE)
+  string(TOUPPER "${name}" uc)
+  string(TOLOWER "${name}" lc)
+  set(sha "${KIT_DEP_${name}_SHA256}")
+  set(urls ${KIT_DEP_${name}_URLS})
+  list(GET urls 0 first_url)
+  if(FETCHCONTENT_SOURCE_DIR_${uc})   # the user's own copy: FetchContent uses it as it is
+    FetchContent_Declare(${name} URL "${first_url}" URL_HASH SHA256=${sha})
+    return()
+  endif()
+  if(NOT KIT_FETCH_DEPS)
+    set(${reason_var} "not installed, and downloading is off (KIT_FETCH_DEPS=OFF)" PARENT_SCOPE)
+    return()
+  endif()
+  if(FETCHCONTENT_FULLY_DISCONNECTED)
+    # FetchContent then skips its own steps and trusts an earlier configure's source tree.
+    if(EXISTS "${FETCHCONTENT_BASE_DIR}/${lc}-src")
+      FetchContent_Declare(${name} URL "${first_url}" URL_HASH SHA256=${sha})
+    else()
+      set(${reason_var} "not installed, and FETCHCONTENT_FULLY_DISCONNECTED=ON forbids downloading it"
+          PARENT_SCOPE)
+    endif()
+    return()
+  endif()
+  kit_fetch_download(${name} file reason)
+  if(reason)
+    set(${reason_var} "${reason}" PARENT_SCOPE)
+    return()
+  endif()
   FetchContent_Declare(${name} URL "${file}" URL_HASH SHA256=${sha})
 endfunction()
 
@@ -149,3 +164,4 @@ macro(kit_fetch_add name)
   endif()
   message(STATUS "${name} ${KIT_DEP_${name}_VERSION}: downloaded (in ${${_kit_lc}_SOURCE_DIR})")
 endmacro()
+
