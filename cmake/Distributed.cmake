@@ -10,7 +10,9 @@
 #   out-of-line functions and holds Gloo objects through shared_ptr: no Gloo type's
 #   layout or vtable is compiled into the kit (scripts/check_libtorch2.sh checks
 #   libkit.so for that). Without Gloo headers the kit still builds; "gloo" is then
-#   compiled out and asking for it is a kit::Error that says how to get it back.
+#   compiled out and asking for it is a kit::Error that says how to get it back. Where
+#   none are installed, the pinned libgloo-dev headers are downloaded (FetchDeps.cmake,
+#   kit_fetch_gloo_headers), so a venv's torch wheel alone gives CPU data parallelism.
 # NCCL (GPU): ProcessGroupNCCL::Options holds an ncclConfig_t by value, and its size
 #   changes between NCCL releases (2.28: 80 bytes, 2.30: 96), so nccl.h must be the
 #   release LibTorch runs with, or creating the group corrupts memory. The pip wheel's
@@ -68,30 +70,35 @@ else()
   find_path(KIT_GLOO_INCLUDE_DIR gloo/algorithm.h
             HINTS ${TORCH_INCLUDE_DIRS} ENV GLOO_HOME PATH_SUFFIXES include
             DOC "Directory that contains gloo/algorithm.h (Gloo's headers, e.g. from libgloo-dev)")
-  if(NOT KIT_GLOO_INCLUDE_DIR)
+  set(_kit_gloo_dir "${KIT_GLOO_INCLUDE_DIR}")
+  if(NOT _kit_gloo_dir)   # official builds: download the pinned headers (FetchDeps.cmake)
+    kit_fetch_gloo_headers(_kit_gloo_dir _kit_gloo_why)
+  endif()
+  if(NOT _kit_gloo_dir)
     message(WARNING
       "Gloo's headers (gloo/algorithm.h) were not found: LibTorch ${Torch_VERSION} at "
-      "${TORCH_INSTALL_PREFIX} does not ship them (official builds never do). The kit builds "
-      "without the CPU backend \"gloo\", so data-parallel runs on CPU will fail with an error "
-      "saying so.\n"
-      "Fix: apt-get install libgloo-dev (its headers also work with official LibTorch 2.x), or pass "
+      "${TORCH_INSTALL_PREFIX} does not ship them (official builds never do), and the kit did "
+      "not download them: ${_kit_gloo_why}. The kit builds without the CPU backend \"gloo\", so "
+      "data-parallel runs on CPU will fail with an error saying so.\n"
+      "Fix: re-run cmake with network access and -DKIT_FETCH_DEPS=ON (the default), or "
+      "apt-get install libgloo-dev (its headers also work with official LibTorch 2.x), or pass "
       "-DKIT_GLOO_INCLUDE_DIR=<dir containing gloo/>, then re-run cmake.")
   else()
     # The headers must also fit this LibTorch's ProcessGroupGloo.hpp: compile it once
     # (the result is cached per LibTorch and Gloo location).
-    set(_key "${TORCH_INSTALL_PREFIX}|${Torch_VERSION}|${KIT_GLOO_INCLUDE_DIR}")
+    set(_key "${TORCH_INSTALL_PREFIX}|${Torch_VERSION}|${_kit_gloo_dir}")
     if(NOT "${_key}" STREQUAL "${KIT_GLOO_CHECKED_FOR}")
       unset(KIT_GLOO_HEADERS_FIT CACHE)
     endif()
-    kit_check_gloo_headers("${KIT_GLOO_INCLUDE_DIR}")
+    kit_check_gloo_headers("${_kit_gloo_dir}")
     set(KIT_GLOO_CHECKED_FOR "${_key}" CACHE INTERNAL "")
     if(KIT_GLOO_HEADERS_FIT)
       set(KIT_HAVE_GLOO 1)
-      target_include_directories(kit_c10d SYSTEM INTERFACE "${KIT_GLOO_INCLUDE_DIR}")
-      message(STATUS "c10d Gloo backend: yes (Gloo headers in ${KIT_GLOO_INCLUDE_DIR})")
+      target_include_directories(kit_c10d SYSTEM INTERFACE "${_kit_gloo_dir}")
+      message(STATUS "c10d Gloo backend: yes (Gloo headers in ${_kit_gloo_dir})")
     else()
       message(WARNING
-        "The Gloo headers in ${KIT_GLOO_INCLUDE_DIR} do not compile with LibTorch ${Torch_VERSION}'s "
+        "The Gloo headers in ${_kit_gloo_dir} do not compile with LibTorch ${Torch_VERSION}'s "
         "torch/csrc/distributed/c10d/ProcessGroupGloo.hpp (see CMakeFiles/CMakeError.log). The kit "
         "builds without the CPU backend \"gloo\".\n"
         "Fix: pass -DKIT_GLOO_INCLUDE_DIR=<dir> pointing at Gloo headers that match this LibTorch "

@@ -62,6 +62,19 @@ set(KIT_DEP_gnuplot_iostream_SHA256 09c7c1db251cb03b00e3edb2a4d1e457ed50aed8fcb4
 set(KIT_DEP_gnuplot_iostream_URLS
     ${_deb}/g/gnuplot-iostream/gnuplot-iostream_0%7E20140302.gitc8919a0%2Bdfsg.orig.tar.xz)
 
+# Gloo's headers, for a LibTorch that links Gloo but ships none of its headers (every
+# official build: the pip wheel, the libtorch zip), so that the CPU backend "gloo" compiles
+# in. Taken from Debian 12's libgloo-dev package (its data archive's usr/include/gloo),
+# because that tree includes the gloo/config.h that Gloo's own build generates and a source
+# tarball lacks. Any architecture's package will do: the headers are the same. Whether they
+# fit the LibTorch at hand is checked by compiling its ProcessGroupGloo.hpp with them
+# (Distributed.cmake), as for installed headers.
+set(KIT_DEP_gloo_headers_VERSION 0.0~git20220518.5b14351-3)
+set(KIT_DEP_gloo_headers_FILE libgloo-dev_0.0~git20220518.5b14351-3_amd64.deb)
+set(KIT_DEP_gloo_headers_SHA256 80529c9fd8af452faf489e686b94bf87075965c40673803810c4f41634b1e299)
+set(KIT_DEP_gloo_headers_URLS
+    ${_deb}/g/gloo/libgloo-dev_0.0%7Egit20220518.5b14351-3_amd64.deb)
+
 # kit_fetch_download(<name> <file-var> <reason-var>): downloads <name>'s pinned archive into
 # KIT_DEPS_DOWNLOAD_DIR, trying each of its URLs, and sets <file-var> to its path. On
 # failure sets <reason-var> to why (one line for the error message); else leaves it empty.
@@ -165,3 +178,46 @@ macro(kit_fetch_add name)
   message(STATUS "${name} ${KIT_DEP_${name}_VERSION}: downloaded (in ${${_kit_lc}_SOURCE_DIR})")
 endmacro()
 
+# kit_fetch_gloo_headers(<dir-var> <reason-var>): Gloo's pinned headers (see
+# KIT_DEP_gloo_headers above), unpacked once into the build directory; sets <dir-var> to the
+# directory that contains gloo/. On failure sets <reason-var> to why, else leaves it empty.
+function(kit_fetch_gloo_headers dir_var reason_var)
+  set(${reason_var} "" PARENT_SCOPE)
+  string(SUBSTRING "${KIT_DEP_gloo_headers_SHA256}" 0 12 pin)   # another pin, another directory
+  set(dir "${FETCHCONTENT_BASE_DIR}/gloo_headers-${pin}")
+  if(EXISTS "${dir}/include/gloo/config.h")   # unpacked by an earlier configure
+    set(${dir_var} "${dir}/include" PARENT_SCOPE)
+    return()
+  endif()
+  if(NOT KIT_FETCH_DEPS)
+    set(${reason_var} "downloading is off (KIT_FETCH_DEPS=OFF)" PARENT_SCOPE)
+    return()
+  endif()
+  if(FETCHCONTENT_FULLY_DISCONNECTED)
+    set(${reason_var} "FETCHCONTENT_FULLY_DISCONNECTED=ON forbids downloading them" PARENT_SCOPE)
+    return()
+  endif()
+  kit_fetch_download(gloo_headers deb reason)
+  if(reason)
+    set(${reason_var} "${reason}" PARENT_SCOPE)
+    return()
+  endif()
+  # A .deb is an ar archive holding data.tar.xz; CMake's libarchive reads both.
+  file(REMOVE_RECURSE "${dir}.part")
+  file(ARCHIVE_EXTRACT INPUT "${deb}" DESTINATION "${dir}.part/deb" PATTERNS "data.tar*")
+  file(GLOB data "${dir}.part/deb/data.tar*")
+  if(NOT data)
+    set(${reason_var} "${deb} holds no data.tar archive" PARENT_SCOPE)
+    return()
+  endif()
+  file(ARCHIVE_EXTRACT INPUT "${data}" DESTINATION "${dir}.part/data")
+  if(NOT EXISTS "${dir}.part/data/usr/include/gloo/config.h")
+    set(${reason_var} "${deb} holds no usr/include/gloo/config.h" PARENT_SCOPE)
+    return()
+  endif()
+  file(MAKE_DIRECTORY "${dir}")
+  file(RENAME "${dir}.part/data/usr/include" "${dir}/include")
+  file(REMOVE_RECURSE "${dir}.part")
+  message(STATUS "gloo_headers ${KIT_DEP_gloo_headers_VERSION}: downloaded (in ${dir}/include)")
+  set(${dir_var} "${dir}/include" PARENT_SCOPE)
+endfunction()
