@@ -15,74 +15,11 @@
 set -euo pipefail
 DIR=${1:?usage: sudo $0 DIR}
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
-JOBS=${JOBS:-2}
-MIRROR=${KIT_MIRROR:-http://deb.debian.org/debian}
-[[ $(id -u) -eq 0 ]] || { echo "error: debootstrap and chroot need root: sudo $0 $DIR" >&2; exit 1; }
-command -v debootstrap >/dev/null || { echo "error: debootstrap not found: apt-get install debootstrap" >&2; exit 1; }
-mkdir -p "$DIR"
-DIR=$(cd "$DIR" && pwd)
-[[ "$DIR" != / ]] || { echo "error: DIR must not be /" >&2; exit 1; }
-
-# ---- mounts, undone on any exit -----------------------------------------------------
-MOUNTED=()
-cleanup() {
-  local i
-  for ((i = ${#MOUNTED[@]} - 1; i >= 0; i--)); do
-    umount "${MOUNTED[i]}" 2>/dev/null || umount -l "${MOUNTED[i]}" || echo "warning: could not unmount ${MOUNTED[i]}" >&2
-  done
-  MOUNTED=()
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM   # runs the EXIT trap
-mount_in() {   # mount_in <target under DIR> <mount arguments...>
-  mkdir -p "$DIR$1"
-  mount "${@:2}" "$DIR$1"
-  MOUNTED+=("$DIR$1")
-  # Private: with shared propagation (systemd's default) a mount made under a bind of the
-  # host's /dev would also appear in the host's /dev.
-  mount --make-private "$DIR$1"
-}
-
-# ---- phases and their times ---------------------------------------------------------
-TIMES=()
-T0=$(date +%s)
-phase_start() { PHASE=$1; PT=$(date +%s); printf '\n== %s (%s)\n' "$PHASE" "$(date -u +%H:%M:%S)"; }
-phase_end() {
-  local s=$(($(date +%s) - PT))
-  TIMES+=("$(printf '%-34s %5d s' "$PHASE" "$s")")
-  printf '== %s: %d s\n' "$PHASE" "$s"
-}
-report() {
-  printf '\n== times\n'
-  printf '  %s\n' "${TIMES[@]}"
-  printf '  %-34s %5d s\n' total $(($(date +%s) - T0))
-}
-
-# As the user `kit` inside DIR, with a clean environment (what a cluster user would have).
-as_user() {
-  chroot --userspec=kit:kit "$DIR" /usr/bin/env -i HOME=/home/kit USER=kit LOGNAME=kit LANG=C.UTF-8 \
-    PATH=/usr/local/bin:/usr/bin:/bin JOBS="$JOBS" KIT_REQUIRE_TORCH_PYTHON=1 \
-    bash -c "cd /home/kit/kit && $1"
-}
+source "$REPO/scripts/container/chroot_lib.sh"
+USER_ENV=(KIT_REQUIRE_TORCH_PYTHON=1)
 
 # ---- 1. debootstrap ------------------------------------------------------------------
-phase_start "debootstrap bookworm (minbase)"
-if [[ -x "$DIR/usr/bin/apt-get" && -f "$DIR/etc/debian_version" ]]; then
-  echo "reusing the system already in $DIR"
-else
-  debootstrap --variant=minbase bookworm "$DIR" "$MIRROR" > "$DIR.debootstrap.log" 2>&1 \
-    || { tail -20 "$DIR.debootstrap.log"; echo "error: debootstrap failed (log: $DIR.debootstrap.log)" >&2; exit 1; }
-fi
-cat "$DIR/etc/debian_version"
-phase_end
-
-mount_in /proc -t proc proc
-mount_in /sys --bind -o ro /sys
-mount_in /dev --bind /dev
-mount_in /dev/pts --bind /dev/pts
-mount_in /dev/shm -t tmpfs -o mode=1777 shm   # the processes of a test share memory
-cp /etc/resolv.conf "$DIR/etc/resolv.conf"
-cp /etc/hosts "$DIR/etc/hosts"
+bootstrap
 
 # ---- 2. the recipe's %post: the kit's own install script, as root ----------------------
 phase_start "install_deps.sh --python (root)"
@@ -94,18 +31,8 @@ chroot "$DIR" apt-get clean
 phase_end
 
 # ---- 3. a user, and the kit (the working tree: tracked and new files) ----------------------
-phase_start "user kit, copy the kit"
-chroot "$DIR" id kit >/dev/null 2>&1 || chroot "$DIR" useradd --create-home --shell /bin/bash kit
-rm -rf "$DIR/home/kit/kit"
-mkdir -p "$DIR/home/kit/kit"
-git -C "$REPO" ls-files -z --cached --others --exclude-standard \
-  | (cd "$REPO" && tar --null --files-from=- --ignore-failed-read -cf -) \
-  | tar -xf - -C "$DIR/home/kit/kit"
-chroot "$DIR" chown -R kit:kit /home/kit/kit
-# A checkout, as the user's own would be (grader/package.py lists its files with git).
-as_user 'git init -q .'
+copy_kit "$REPO"
 as_user 'id; scripts/install_deps.sh --check'   # all there, and no root needed to know it
-phase_end
 
 # ---- 4. as that user: what scripts/test.sh --quick runs ---------------------------------
 phase_start "configure (user kit)"
