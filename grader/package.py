@@ -24,7 +24,8 @@ student:    the files git tracks, minus the reference solution, the grader inter
             release K's solution (its students then copy their own files of K into starter/).
 gradescope: setup.sh and run_autograder at the zip's root, both passing --assignment N, and the
             kit (with grader/, assignment N's rubric and hidden tests, without solution/ and wrong
-            submissions) under kit/. setup.sh installs the packages with scripts/install_deps.sh
+            submissions) under kit/. setup.sh installs the dependencies by the route that works
+            on the image (scripts/autograder_setup.sh: Debian's packages or the torch wheel)
             and builds the kit once, so grading is an incremental build; run_autograder grades
             /autograder/submission into /autograder/results/results.json.
 """
@@ -41,17 +42,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 KIT = Path(__file__).resolve().parent.parent
 
 SETUP_SH = """#!/usr/bin/env bash
-# Gradescope runs this once when the image is built.
+# Gradescope runs this once when the image is built: the install route that works on this
+# base image (it prints which and why), then the kit built once with the starter stubs, so
+# each submission is an incremental build.
 set -euo pipefail
-cd /autograder/source
-bash kit/scripts/install_deps.sh
-# Build the kit once with the starter stubs: each submission is then an incremental build.
-python3 kit/grader/grade.py --assignment {n} --build-only --work /autograder/work --out /tmp/prebuild.json kit
+bash /autograder/source/kit/scripts/autograder_setup.sh {n}
 """
 
 RUN_AUTOGRADER = """#!/usr/bin/env bash
 # Gradescope runs this for every submission.
 mkdir -p /autograder/results
+source /autograder/source/kit/build_env.sh   # the LibTorch setup.sh installed (its route)
 python3 /autograder/source/kit/grader/grade.py /autograder/submission --assignment {n} \\
     --work /autograder/work --out /autograder/results/results.json
 """
