@@ -11,6 +11,7 @@ include(cmake/FetchDeps.cmake)   # the user-space route: download what is missin
 set(KIT_MISSING "")
 set(KIT_FETCHED "")
 
+include(cmake/WheelCuda.cmake)   # the CUDA torch wheel without a CUDA toolkit
 find_package(Torch QUIET)
 if(NOT Torch_FOUND)
   list(APPEND KIT_MISSING
