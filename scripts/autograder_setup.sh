@@ -34,6 +34,7 @@ out=$(python3 scripts/setup_route.py) || fail "no install route works on this im
 echo "$out"
 route=$(sed -n 's/^route: //p' <<<"$out")
 apt_pkgs=$(sed -n 's/^apt: //p' <<<"$out")
+python=$(sed -n 's/^python: //p' <<<"$out")
 
 echo "# Written by scripts/autograder_setup.sh ($route route); sourced by run_autograder." > "$ENV_FILE"
 case "$route" in
@@ -43,13 +44,16 @@ case "$route" in
   wheel)
     # shellcheck disable=SC2086  # a list of package names
     apt-get install -y -qq --no-install-recommends $apt_pkgs >/dev/null || fail "apt-get install $apt_pkgs"
-    [[ -x "$VENV/bin/python" ]] || python3 -m venv "$VENV" || fail "python3 -m venv $VENV"
+    [[ -x "$VENV/bin/python" ]] || "$python" -m venv "$VENV" || fail "$python -m venv $VENV"
     if ! "$VENV/bin/python" -c 'import torch' 2>/dev/null; then
       "$VENV/bin/pip" install -q --index-url "$INDEX" "$SPEC" \
         || { echo "$INDEX failed; trying PyPI's default index (the CUDA build: several GB)"
              "$VENV/bin/pip" install -q "$SPEC"; } \
         || fail "pip install $SPEC (needs network access to $INDEX or pypi.org)"
     fi
+    # The CUDA wheel (PyPI's default, where the CPU index was unreachable) needs nvcc to
+    # configure; nothing happens for the CPU wheel.
+    bash scripts/cuda_toolkit_from_pip.sh "$VENV/bin/python" || fail "scripts/cuda_toolkit_from_pip.sh"
     prefix=$("$VENV/bin/python" -c 'import torch;print(torch.utils.cmake_prefix_path)' 2>/dev/null) \
       || fail "the torch wheel in $VENV does not import"
     cat >> "$ENV_FILE" <<ENV

@@ -11,7 +11,8 @@
             24.04 has none).
 
   python3 scripts/setup_route.py            prints "route: ...", "reason: ...", and for the
-                                            wheel route the apt packages it needs
+                                            wheel route the apt packages it needs and the
+                                            Python its venv is made with
   KIT_SETUP_ROUTE=packages|wheel            forces a route (the reason says so)
 
 Reads /etc/os-release and `apt-cache policy`; the decision itself (choose) is a pure
@@ -33,6 +34,9 @@ KIT_PACKAGES = ["libtorch-dev", "libgloo-dev", "libopenblas0-openmp", "libgtest-
 WHEEL_PACKAGES = ["build-essential", "cmake", "pkg-config", "git", "python3", "python3-venv",
                   "ca-certificates", "gnuplot-nox", "zip", "unzip"]
 MIN_CMAKE = (3, 19)
+# The oldest Python the pinned wheel (autograder_setup.sh's KIT_TORCH_SPEC, torch 2.15) has
+# builds for. Ubuntu 22.04's python3 is 3.10; its jammy-updates has python3.11-venv.
+MIN_PYTHON = (3, 11)
 
 
 @dataclass
@@ -40,6 +44,7 @@ class Route:
     name: str                 # "packages" or "wheel"
     reason: str
     apt: list = field(default_factory=list)   # apt packages the route installs itself
+    python: str = "python3"                    # the interpreter the wheel's venv is made with
 
 
 class NoRoute(Exception):
@@ -97,7 +102,8 @@ def choose(os_release, candidates, *, have_apt=True, cmake_candidate=None, force
     wheel_apt = [p for p in WHEEL_PACKAGES if candidates.get(p) is not None]
     missing_wheel = [p for p in WHEEL_PACKAGES if candidates.get(p) is None]
     if forced == "wheel":
-        return Route("wheel", "KIT_SETUP_ROUTE=wheel", wheel_apt)
+        python, py_apt = wheel_python(name, candidates)
+        return Route("wheel", "KIT_SETUP_ROUTE=wheel", wheel_apt + py_apt, python)
     torch = upstream_version(candidates.get("libtorch-dev"))
     missing = [p for p in KIT_PACKAGES if candidates.get(p) is None]
     if forced == "packages":
@@ -115,10 +121,28 @@ def choose(os_release, candidates, *, have_apt=True, cmake_candidate=None, force
                f"{'.'.join(map(str, MIN_LIBTORCH))} the kit needs")
     else:
         why = f"{name} has no {', '.join(missing)}"
-    if missing_wheel and ("python3-venv" in missing_wheel or "cmake" in missing_wheel):
-        raise NoRoute(f"{why}, and the wheel route needs {', '.join(missing_wheel)}, which {name} "
-                      f"does not package either. Use a Debian 12 or Ubuntu 22.04/24.04 base image.")
-    return Route("wheel", f"{why}: LibTorch from the torch wheel in a venv", wheel_apt)
+    if missing_wheel and "cmake" in missing_wheel:
+        raise NoRoute(f"{why}, and the wheel route needs CMake, which {name} does not package "
+                      f"either. Use a Debian 12 or Ubuntu 22.04/24.04 base image.")
+    python, py_apt = wheel_python(name, candidates)
+    return Route("wheel", f"{why}: LibTorch from the torch wheel in a venv ({python})",
+                 wheel_apt + py_apt, python)
+
+
+def wheel_python(name, candidates):
+    """The interpreter for the wheel's venv and the apt packages it needs: python3 when it
+    is new enough, else python3.11 where the distribution packages it."""
+    py = upstream_version(candidates.get("python3"))
+    if py is not None and py[:2] >= MIN_PYTHON and candidates.get("python3-venv"):
+        return "python3", []
+    for minor in range(MIN_PYTHON[1], MIN_PYTHON[1] + 4):
+        if candidates.get(f"python3.{minor}-venv"):
+            return f"python3.{minor}", [f"python3.{minor}", f"python3.{minor}-venv"]
+    have = candidates.get("python3") or "none"
+    raise NoRoute(f"the torch wheel needs Python {'.'.join(map(str, MIN_PYTHON))} or later with its "
+                  f"venv module; {name} packages python3 {have} and no python3.1x-venv that is new "
+                  f"enough. Use Ubuntu 24.04 or Debian 12, or set KIT_TORCH_SPEC to a torch release "
+                  f"that supports this Python.")
 
 
 def main():
@@ -131,7 +155,8 @@ def main():
     candidates = {}
     cmake_candidate = None
     if have_apt:
-        pkgs = sorted(set(KIT_PACKAGES + WHEEL_PACKAGES))
+        pkgs = sorted(set(KIT_PACKAGES + WHEEL_PACKAGES
+                          + [f"python3.{m}-venv" for m in range(MIN_PYTHON[1], MIN_PYTHON[1] + 4)]))
         out = subprocess.run(["apt-cache", "policy"] + pkgs, capture_output=True, text=True).stdout
         candidates = parse_apt_policy(out)
         candidates.update({p: None for p in pkgs if p not in candidates})   # unknown to apt
@@ -144,8 +169,9 @@ def main():
         return 1
     print(f"route: {route.name}")
     print(f"reason: {route.reason}")
-    if route.apt:
+    if route.name == "wheel":
         print("apt: " + " ".join(route.apt))
+        print(f"python: {route.python}")
     return 0
 
 

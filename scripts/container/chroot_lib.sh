@@ -54,17 +54,20 @@ as_user() {
     bash -c "cd /home/kit/kit && $1"
 }
 
-# bootstrap: a minbase Debian bookworm in DIR (reused when one is there), the mounts a
-# build and its tests need, and the host's name resolution.
+# bootstrap [suite [debootstrap options...]]: a minbase system (default Debian bookworm from
+# MIRROR; DEBOOTSTRAP_SCRIPT names debootstrap's script for a suite it does not know) in DIR,
+# reused when one is there; the mounts a build and its tests need, and the
+# host's name resolution.
 bootstrap() {
-  phase_start "debootstrap bookworm (minbase)"
-  if [[ -x "$DIR/usr/bin/apt-get" && -f "$DIR/etc/debian_version" ]]; then
+  local suite=${1:-bookworm}
+  phase_start "debootstrap $suite (minbase)"
+  if [[ -x "$DIR/usr/bin/apt-get" && -f "$DIR/etc/os-release" ]]; then
     echo "reusing the system already in $DIR"
   else
-    debootstrap --variant=minbase bookworm "$DIR" "$MIRROR" > "$DIR.debootstrap.log" 2>&1 \
+    debootstrap --variant=minbase "${@:2}" "$suite" "$DIR" "$MIRROR" ${DEBOOTSTRAP_SCRIPT:-} > "$DIR.debootstrap.log" 2>&1 \
       || { tail -20 "$DIR.debootstrap.log"; echo "error: debootstrap failed (log: $DIR.debootstrap.log)" >&2; exit 1; }
   fi
-  cat "$DIR/etc/debian_version"
+  grep PRETTY_NAME "$DIR/etc/os-release"
   phase_end
   mount_in /proc -t proc proc
   mount_in /sys --bind -o ro /sys
@@ -73,6 +76,21 @@ bootstrap() {
   mount_in /dev/shm -t tmpfs -o mode=1777 shm   # the processes of a test share memory
   cp /etc/resolv.conf "$DIR/etc/resolv.conf"
   cp /etc/hosts "$DIR/etc/hosts"
+  trust_host_cas
+}
+
+# The host's own certificate authorities (/usr/local/share/ca-certificates: e.g. a proxy that
+# inspects TLS) trusted inside too, by the system store and by pip (whose own bundle would
+# not have them). Nothing to do on a machine without any.
+trust_host_cas() {
+  local cas=(/usr/local/share/ca-certificates/*.crt)
+  [[ -e "${cas[0]}" ]] || return 0
+  mkdir -p "$DIR/usr/local/share/ca-certificates"
+  cp "${cas[@]}" "$DIR/usr/local/share/ca-certificates/"
+  printf '[global]\ncert = /etc/ssl/certs/ca-certificates.crt\n' > "$DIR/etc/pip.conf"
+  # ca-certificates, once installed, adds them; where it already is, add them now.
+  if [[ -x "$DIR/usr/sbin/update-ca-certificates" ]]; then chroot "$DIR" update-ca-certificates >/dev/null; fi
+  echo "trusting the host's own certificate authorities inside: ${cas[*]##*/}"
 }
 
 # copy_kit <repo>: the user `kit`, and the working tree (tracked and new files) in its home,

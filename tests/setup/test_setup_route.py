@@ -12,15 +12,17 @@ sys.path.insert(0, str(KIT / "scripts"))
 import setup_route as sr  # noqa: E402
 
 COMMON = {p: "1.0-1" for p in sr.WHEEL_PACKAGES}
-DEBIAN12 = dict(COMMON, cmake="3.25.1-1", **{
+DEBIAN12 = dict(COMMON, cmake="3.25.1-1", python3="3.11.2-1+b1", **{
     "libtorch-dev": "1.13.1+dfsg-4", "libgloo-dev": "0.0~git20220518.5b14351-3",
     "libopenblas0-openmp": "0.3.21+ds-4", "libgtest-dev": "1.12.1-0.2", "libcli11-dev": "2.3.2+ds-1",
     "nlohmann-json3-dev": "3.11.2-2", "libsentencepiece-dev": "0.1.97-3",
     "libgnuplot-iostream-dev": "0~20140302.gitc8919a0+dfsg-4", "gnuplot-nox": "5.4.4+dfsg1-2"})
 # Ubuntu 22.04: LibTorch 1.8.1 (universe), too old for the kit.
-JAMMY = dict(DEBIAN12, cmake="3.22.1-1ubuntu1", **{"libtorch-dev": "1.8.1-4"})
-# Ubuntu 24.04: no libtorch-dev at all.
-NOBLE = dict(DEBIAN12, cmake="3.28.3-1build7", **{"libtorch-dev": None})
+# Its python3 is 3.10, older than the wheel's 3.11; jammy-updates has python3.11-venv.
+JAMMY = dict(DEBIAN12, cmake="3.22.1-1ubuntu1.22.04.2", python3="3.10.6-1~22.04.1",
+             **{"libtorch-dev": "1.8.1-4", "python3.11-venv": "3.11.0~rc1-1~22.04.1"})
+# Ubuntu 24.04: no libtorch-dev at all; python3 3.12.
+NOBLE = dict(DEBIAN12, cmake="3.28.3-1build7", python3="3.12.3-0ubuntu2", **{"libtorch-dev": None})
 OS = {
     "debian12": {"ID": "debian", "VERSION_ID": "12", "PRETTY_NAME": "Debian GNU/Linux 12 (bookworm)"},
     "jammy": {"ID": "ubuntu", "VERSION_ID": "22.04", "PRETTY_NAME": "Ubuntu 22.04.5 LTS"},
@@ -44,15 +46,23 @@ class Choose(unittest.TestCase):
         self.assertEqual(r.name, "wheel")
         self.assertIn("1.8.1", r.reason)
         self.assertIn("older than the 1.13", r.reason)
-        self.assertIn("python3-venv", r.apt)
         self.assertIn("cmake", r.apt)
         self.assertNotIn("libtorch-dev", r.apt)
+        # python3 3.10 is too old for the wheel: its venv is made with python3.11.
+        self.assertEqual(r.python, "python3.11")
+        self.assertIn("python3.11-venv", r.apt)
+
+    def test_ubuntu_22_04_without_python_3_11_is_a_clear_error(self):
+        with self.assertRaisesRegex(sr.NoRoute, "needs Python 3.11 or later.*python3 3.10.6"):
+            choose("jammy", dict(JAMMY, **{"python3.11-venv": None}))
 
     def test_ubuntu_24_04_without_libtorch_takes_the_wheel(self):
         r = choose("noble", NOBLE)
         self.assertEqual(r.name, "wheel")
         self.assertIn("no LibTorch", r.reason)
         self.assertIn("Ubuntu 24.04", r.reason)
+        self.assertEqual(r.python, "python3")
+        self.assertIn("python3-venv", r.apt)
 
     def test_a_newer_libtorch_with_every_package_takes_the_packages(self):
         r = choose("debian12", dict(DEBIAN12, **{"libtorch-dev": "2.6.0+dfsg-7"}))
@@ -80,8 +90,12 @@ class Choose(unittest.TestCase):
             sr.choose({"PRETTY_NAME": "Alpine Linux v3.20"}, {}, have_apt=False)
 
     def test_no_venv_either_is_a_clear_error(self):
-        with self.assertRaisesRegex(sr.NoRoute, "needs python3-venv"):
+        with self.assertRaisesRegex(sr.NoRoute, "needs Python 3.11 or later with its venv module"):
             choose("noble", dict(NOBLE, **{"python3-venv": None}))
+
+    def test_no_cmake_either_is_a_clear_error(self):
+        with self.assertRaisesRegex(sr.NoRoute, "needs CMake"):
+            choose("noble", dict(NOBLE, cmake=None))
 
     def test_cmake_too_old_is_a_clear_error(self):
         with self.assertRaisesRegex(sr.NoRoute, "CMake is 3.16.3-1ubuntu1; the kit needs 3.19"):
