@@ -1049,6 +1049,7 @@ def main(argv=None):
     if args.build_only:
         args.items = ["\0"]  # a name no rubric item has
     tmp = None
+    failed = False
     try:
         if args.local:
             results = grade_local(args.local, args.jobs, args.items, test_timeout=args.test_timeout,
@@ -1061,13 +1062,16 @@ def main(argv=None):
                                     str(args.prebuilt.resolve()) if args.prebuilt else ""),
                         perf_gates=args.perf_gates, machine=args.machine, symbol_action=args.symbol_action)
     except Exception as e:  # never leave the instructor without a results.json
+        failed = True
         results = {"score": 0, "execution_time": 0, "output": f"grader error: {type(e).__name__}: {e}",
                    "tests": [{"name": "Grading", "number": "0", "score": 0, "max_score": 100, "status": "failed",
                               "visibility": "visible", "output": f"grader error: {e}"}]}
     finally:
         if tmp:
             shutil.rmtree(tmp, ignore_errors=True)
-    return finish(args.out, results)
+    rc = finish(args.out, results)
+    # Gradescope's setup.sh must fail (the image build shows it) when the kit does not build.
+    return 1 if args.build_only and failed else rc
 
 
 def finish(out: Path, results) -> int:

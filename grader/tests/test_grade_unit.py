@@ -6,6 +6,7 @@ speed gates' protocol (with a stand-in worker).
     python3 grader/tests/test_grade_unit.py        (ctest: grader.grade_unit)
 """
 import io
+import json
 import os
 import re
 import signal
@@ -15,7 +16,7 @@ import tempfile
 import time
 import unittest
 import zipfile
-from contextlib import redirect_stderr
+from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 GRADER = Path(__file__).resolve().parent.parent
@@ -292,6 +293,21 @@ class LocalGrade(unittest.TestCase):
         for argv in (["sub", "--local", "build"], ["--local", "build", "--work", "/tmp/w"], []):
             with self.assertRaises(SystemExit), redirect_stderr(io.StringIO()):
                 grade.main(argv)
+
+
+    def test_build_only_exits_1_when_the_kit_does_not_build(self):
+        def no_build(*a, **kw):
+            raise RuntimeError("the kit with its starter stubs does not build:\n(compiler output)")
+        saved = grade.grade
+        grade.grade = no_build
+        try:
+            with tempfile.TemporaryDirectory() as tmp, redirect_stdout(io.StringIO()):
+                out = Path(tmp) / "r.json"
+                rc = grade.main([str(KIT), "--build-only", "--work", tmp, "--out", str(out)])
+                self.assertEqual(rc, 1)
+                self.assertIn("does not build", json.loads(out.read_text())["output"])
+        finally:
+            grade.grade = saved
 
 
 class Run(unittest.TestCase):
