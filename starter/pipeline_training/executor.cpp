@@ -59,6 +59,7 @@ BatchResult Executor::run(const RankSchedule& schedule, const std::vector<MicroB
     t.action = a;
     t.stage = stage_of(a);
     const double recv_before = p2p_.recv_seconds();
+    p2p_.take_recv_spans();  // earlier receives are no action's
     t.start = since_start();
     if (a.op == Op::Forward)
       forward_step(a);
@@ -66,6 +67,8 @@ BatchResult Executor::run(const RankSchedule& schedule, const std::vector<MicroB
       backward_step(a);
     t.end = since_start();
     t.recv = p2p_.recv_seconds() - recv_before;
+    for (const auto& [from, to] : p2p_.take_recv_spans())
+      t.recv_spans.emplace_back(from - result.clock_origin, to - result.clock_origin);
     result.timeline.push_back(t);
     peak_kept_ = std::max<int64_t>(peak_kept_, static_cast<int64_t>(kept_.size()));
   }

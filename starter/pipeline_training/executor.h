@@ -45,6 +45,8 @@ struct ActionTime {
   int64_t stage = 0;
   double start = 0, end = 0;
   double recv = 0;  // of end - start, the seconds spent in P2P receives (waiting + transfer)
+  // Those receives, each [start, end] in seconds since the batch started (inside start..end).
+  std::vector<std::pair<double, double>> recv_spans;
 };
 
 struct BatchResult {

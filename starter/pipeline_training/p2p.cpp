@@ -242,6 +242,19 @@ P2P::~P2P() {
   delete impl_;
 }
 
+void P2P::note_recv(std::chrono::steady_clock::time_point t0) {
+  const auto t1 = std::chrono::steady_clock::now();
+  recv_seconds_ += std::chrono::duration<double>(t1 - t0).count();
+  const auto since_epoch = [](auto t) { return std::chrono::duration<double>(t.time_since_epoch()).count(); };
+  recv_spans_.emplace_back(since_epoch(t0), since_epoch(t1));
+}
+
+std::vector<std::pair<double, double>> P2P::take_recv_spans() {
+  std::vector<std::pair<double, double>> out;
+  out.swap(recv_spans_);
+  return out;
+}
+
 void P2P::send_activation(const torch::Tensor& t, int64_t to_stage, int64_t microbatch) {
   impl_->send(Activation, t, to_stage, microbatch);
   ++sent_;
@@ -250,7 +263,7 @@ void P2P::send_activation(const torch::Tensor& t, int64_t to_stage, int64_t micr
 torch::Tensor P2P::recv_activation(int64_t from_stage, int64_t microbatch, const std::vector<int64_t>& shape) {
   const auto t0 = std::chrono::steady_clock::now();
   auto t = impl_->recv(Activation, from_stage, microbatch, shape);
-  recv_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  note_recv(t0);
   ++received_;
   return t;
 }
@@ -263,7 +276,7 @@ void P2P::send_gradient(const torch::Tensor& t, int64_t to_stage, int64_t microb
 torch::Tensor P2P::recv_gradient(int64_t from_stage, int64_t microbatch, const std::vector<int64_t>& shape) {
   const auto t0 = std::chrono::steady_clock::now();
   auto t = impl_->recv(Gradient, from_stage, microbatch, shape);
-  recv_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  note_recv(t0);
   ++received_;
   return t;
 }

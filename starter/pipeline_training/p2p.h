@@ -12,9 +12,11 @@
 #pragma once
 #include <torch/types.h>
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "dist/dist.h"
@@ -46,12 +48,19 @@ class P2P {
   // Seconds spent inside recv_* so far: waiting for the neighbour plus the transfer
   // (the benchmark subtracts it from an action's time to get its compute time).
   double recv_seconds() const { return recv_seconds_; }
+  // Each receive since the last call, as [start, end] on the steady clock (seconds since its
+  // epoch), oldest first: where inside an action its receive time lies (the executors put
+  // them in the timeline, the traces show them).
+  std::vector<std::pair<double, double>> take_recv_spans();
 
  private:
+  void note_recv(std::chrono::steady_clock::time_point t0);  // a receive that began at t0 ended now
+
   struct Impl;
   Impl* impl_;
   int64_t sent_ = 0, received_ = 0;
   double recv_seconds_ = 0;
+  std::vector<std::pair<double, double>> recv_spans_;
 };
 
 // NCCL matches the messages between two ranks in the order they were issued, not by tag.

@@ -115,6 +115,7 @@ pp::BatchResult SlicedExecutor::run(const pp::RankSchedule& schedule, const std:
     t.action = a;
     t.stage = stage_of(a);
     const double recv_before = p2p_.recv_seconds();
+    p2p_.take_recv_spans();  // earlier receives are no action's
     t.start = since_start();
     if (a.op == pp::Op::Forward)
       forward_slice(a);
@@ -122,6 +123,8 @@ pp::BatchResult SlicedExecutor::run(const pp::RankSchedule& schedule, const std:
       backward_slice(a);
     t.end = since_start();
     t.recv = p2p_.recv_seconds() - recv_before;
+    for (const auto& [from, to] : p2p_.take_recv_spans())
+      t.recv_spans.emplace_back(from - result.clock_origin, to - result.clock_origin);
     result.timeline.push_back(t);
     result.peak_kept = std::max<int64_t>(result.peak_kept, static_cast<int64_t>(kept_.size()));
   }
