@@ -2,13 +2,14 @@
 // Assignment 1 (Problem 2.1's clock_cycles) for m micro-batches on n partitions, as a table
 // or as JSON. With --kind, a training schedule of Assignment 2 (Problem 3.1: gpipe, 1f1b,
 // interleaved) on p ranks, replayed by the simulator: its timeline as a table, as JSON, or
-// drawn as a PNG. --timeline-json shows a timeline saved earlier (simulated or measured).
-// No tensors involved.
+// drawn as a PNG, or written as a Chrome trace for Perfetto (--trace). --timeline-json shows a
+// timeline saved earlier (simulated or measured). No tensors involved.
 //   ./build/schedule -m 4 -n 3
 //   ./build/schedule -m 8 -n 4 --json
 //   ./build/schedule --kind 1f1b -p 4 -m 8
 //   ./build/schedule --kind interleaved -p 4 -m 8 -v 2 --png interleaved.png
 //   ./build/schedule --kind 1f1b -p 2 -m 8 --forward-per-stage 0.02,0.03 --backward-per-stage 0.04,0.06 --json
+//   ./build/schedule --kind 1f1b -p 4 -m 8 --trace runs/1f1b.trace.json   # open in ui.perfetto.dev
 //   ./build/schedule --timeline-json measured.json --png measured.png
 #include <CLI/CLI.hpp>
 #include <cstdio>
@@ -21,6 +22,7 @@
 #include "pipeline/schedule.h"
 #include "pipeline_training/schedules.h"
 #include "pipeline_training/simulate.h"
+#include "pipeline_training/trace_events.h"
 #include "project/cli.h"
 // plots/ (LibTorch-free, built when gnuplot-iostream is found) is on the include path
 // exactly when this program is linked with it.
@@ -89,14 +91,29 @@ void draw(const kit::pp::Timeline& t, const std::string& heading, const std::str
 #endif
 }
 
+// What --png and --trace need besides the timeline.
+struct Outputs {
+  std::string png, trace;
+  nlohmann::json trace_info;  // the trace's otherData: program, schedule, costs
+};
+
+// The timeline as a Chrome trace (kit/trace.h): one track per rank, time units as seconds.
+void write_trace(const kit::pp::Timeline& t, const Outputs& out) {
+  kit::trace::Trace trace = kit::pp::timeline_trace(t);
+  trace.other.update(out.trace_info);
+  kit::trace::write_chrome_trace(out.trace, trace, "--trace");
+  std::cerr << "wrote " << out.trace << " (open it in https://ui.perfetto.dev)\n";  // stderr: stdout may be JSON
+}
+
 void show(const kit::pp::Timeline& t, const std::string& heading, const std::string& xlabel, bool json,
-          const std::string& png) {
+          const Outputs& out) {
   if (json) {
     std::cout << kit::pp::timeline_to_json(t).dump() << "\n";
   } else {
     std::cout << heading << "\n\n" << kit::pp::format_timeline(t);
   }
-  if (!png.empty()) draw(t, heading, xlabel, png);
+  if (!out.png.empty()) draw(t, heading, xlabel, out.png);
+  if (!out.trace.empty()) write_trace(t, out);
 }
 
 }  // namespace
@@ -105,10 +122,11 @@ int main(int argc, char** argv) {
   CLI::App app{"Print a pipeline schedule. Without --kind: Assignment 1's clock-cycle schedule, which micro-batch (i) "
                "runs on which partition (j) at each clock. With --kind: a training schedule (GPipe, 1F1B or "
                "interleaved 1F1B) on p ranks, replayed by the simulator: its timeline per rank, makespan, bubble "
-               "and peak in-flight micro-batches, as a table, JSON or a PNG."};
+               "and peak in-flight micro-batches, as a table, JSON, a PNG or a Chrome trace (Perfetto)."};
   int64_t m = 4, n = 3, p = 4, v = 1;
   bool json = false;
-  std::string kind, png, timeline_json;
+  std::string kind, timeline_json;
+  Outputs out;
   kit::pp::Costs costs;
   app.add_option("-m,--microbatches", m, "Number of micro-batches")->capture_default_str();
   auto* n_opt =
@@ -129,27 +147,36 @@ int main(int argc, char** argv) {
   auto* bs_opt = app.add_option("--backward-per-stage", costs.backward_per_stage,
                                 "Same for B (replaces --backward)")
                      ->delimiter(',');
-  auto* png_opt = app.add_option("--png", png, "Also draw the timeline into this PNG file (with --kind or --timeline-json)");
+  auto* png_opt = app.add_option("--png", out.png, "Also draw the timeline into this PNG file (with --kind or --timeline-json)");
+  auto* trace_opt = app.add_option(
+      "--trace", out.trace,
+      "Also write the timeline as Chrome trace-event JSON here (with --kind or --timeline-json): one track per "
+      "rank, F/B as complete events, the time unit as one second; open it in https://ui.perfetto.dev or "
+      "chrome://tracing");
   auto* tj_opt = app.add_option("--timeline-json", timeline_json,
                                 "Show a timeline saved as JSON (the --kind --json format, or a measured one) instead");
   return kit::guarded_main(argc, argv, app, [&] {
     if (!timeline_json.empty()) {
       for (auto* o : {kind_opt, p_opt, v_opt, f_opt, b_opt, c_opt, fs_opt, bs_opt, n_opt})
         if (o->count() > 0) throw kit::Error(o->get_name() + " does not apply to --timeline-json: the file has the timeline");
+      if (!out.trace.empty()) kit::trace::check_trace_path(out.trace, "--trace");
       const kit::pp::Timeline t = read_timeline(timeline_json);
       const std::string heading = timeline_json + ": p = " + std::to_string(t.shape.ranks) + ", m = " +
                                   std::to_string(t.shape.microbatches) + ", v = " + std::to_string(t.shape.chunks);
-      show(t, heading, "time", json, png);
+      out.trace_info = {{"program", "schedule"}, {"timeline_json", timeline_json},
+                        {"time_unit", "the file's (seconds for a measured timeline)"}};
+      show(t, heading, "time", json, out);
       return 0;
     }
     if (kind.empty()) {
-      for (auto* o : {p_opt, v_opt, f_opt, b_opt, c_opt, fs_opt, bs_opt, png_opt})
+      for (auto* o : {p_opt, v_opt, f_opt, b_opt, c_opt, fs_opt, bs_opt, png_opt, trace_opt})
         if (o->count() > 0)
           throw kit::Error(o->get_name() + " needs --kind gpipe|1f1b|interleaved (without --kind this prints "
                            "Assignment 1's clock-cycle table of -m and -n)");
       return print_clock_cycles(m, n, json);
     }
     if (n_opt->count() > 0) throw kit::Error("-n is the clock-cycle table's; with --kind give the ranks as -p");
+    if (!out.trace.empty()) kit::trace::check_trace_path(out.trace, "--trace");  // before the work
     const kit::pp::ScheduleKind k = kit::pp::parse_schedule_kind(kind);
     if (k == kit::pp::ScheduleKind::Interleaved && v_opt->count() == 0 && p > 1) v = 2;
     const kit::pp::PipelineShape shape{p, m, v};
@@ -162,7 +189,10 @@ int main(int argc, char** argv) {
     const std::string heading = kit::pp::to_string(k) + " schedule: p = " + std::to_string(p) + " ranks, m = " +
                                 std::to_string(m) + " micro-batches, v = " + std::to_string(v) + " chunk" +
                                 (v == 1 ? "" : "s") + " per rank (" + c + ")";
-    show(t, heading, "time (units of --forward/--backward)", json, png);
+    out.trace_info = {{"program", "schedule"}, {"schedule", kit::pp::to_string(k)}, {"world", p},
+                      {"forward", costs.forward},  {"backward", costs.backward},        {"comm", costs.comm},
+                      {"time_unit", "one unit of --forward/--backward, shown as one second"}};
+    show(t, heading, "time (units of --forward/--backward)", json, out);
     return 0;
   });
 }
