@@ -30,6 +30,10 @@
 //     held at once during a step, kit/memory.h; null on a GPU), peak_rss_bytes.
 // --save FILE: the whole model after training, gathered from the grid onto rank 0 and written
 // as the one-process model's checkpoint (model/checkpoint.h, Kit layout).
+// --trace: each rank's pipeline schedule over the timed steps as Chrome trace-event JSON for
+// Perfetto (kit/trace.h, pipeline_training/trace_events.h): track tid = world rank, named with
+// its grid coordinates; F/B events with their P2P receives nested (the tensor- and
+// data-parallel collectives are not timed one by one: comm_seconds_per_step sums them).
 #include <sys/resource.h>
 #include <torch/torch.h>
 
@@ -45,6 +49,7 @@
 #include "model/checkpoint.h"
 #include "model/gpt2.h"
 #include "pipeline_training/schedules.h"
+#include "pipeline_training/trace_events.h"
 #include "project/cli.h"
 #include "train/loop.h"
 
@@ -63,6 +68,7 @@ struct Run3DOptions {
   int64_t warmup = -1;  // -1: 1, or 0 when there is a single step
   double weight_decay = 0.0;
   std::string save;
+  std::string trace;  // --trace: a Chrome trace per rank
   std::string backend = "gloo";
   int port = 0;
 };
@@ -103,6 +109,26 @@ void check_options(const Run3DOptions& o, int world_size) {
     throw kit::Error("--tp " + std::to_string(o.grid.tp) + " must divide the heads (" + std::to_string(cfg.n_head) +
                      "), the width (" + std::to_string(cfg.n_embd) + ") and --vocab-size (" +
                      std::to_string(o.vocab) + ")");
+  if (!o.trace.empty())  // a --trace directory that does not exist fails before any process
+    for (int r = 0; r < o.grid.world(); ++r)
+      kit::trace::check_trace_path(kit::rank_path(o.trace, r, o.grid.world()), "--trace");
+}
+
+// This rank's timed steps as a Chrome trace: its own track only, so the ranks' files merge.
+void write_trace(const Run3DOptions& o, const kit::grid::ProcessGrid& grid, int rank, int W,
+                 std::vector<kit::trace::Event> events) {
+  const auto& c = grid.coords;
+  kit::trace::Trace trace;
+  trace.tracks.push_back({rank, "rank " + std::to_string(rank) + " (dp " + std::to_string(c.dp) + ", pp " +
+                                    std::to_string(c.pp) + ", tp " + std::to_string(c.tp) + ")"});
+  trace.events = std::move(events);
+  trace.other = {{"program", "run_3d"}, {"schedule", o.schedule}, {"world", W}, {"rank", rank},
+                 {"grid", {{"dp", o.grid.dp}, {"pp", o.grid.pp}, {"tp", o.grid.tp}}},
+                 {"coords", {{"dp", c.dp}, {"pp", c.pp}, {"tp", c.tp}}},
+                 {"microbatches", o.microbatches}, {"virtual_chunks", o.virtual_chunks},
+                 {"steps", o.steps}, {"warmup", warmup_of(o)},
+                 {"clock", "steady clock (shared by the processes of one machine), microseconds since its epoch"}};
+  kit::trace::write_chrome_trace(kit::rank_path(o.trace, rank, W), trace, "--trace");
 }
 
 int64_t peak_rss_bytes() {
@@ -148,6 +174,7 @@ int worker_main(const Run3DOptions& o, int rank, int W, const std::string& launc
   std::vector<double> losses, step_seconds;
   kit::grid::CommSeconds comm;
   int64_t peak_tensor_bytes = 0;
+  std::vector<kit::trace::Event> trace_events;  // --trace: every timed step's
   auto t_timed = std::chrono::steady_clock::now();
   for (int64_t k = 0; k < o.steps; ++k) {
     if (k == warmup) t_timed = std::chrono::steady_clock::now();
@@ -157,6 +184,9 @@ int worker_main(const Run3DOptions& o, int rank, int W, const std::string& launc
     peak_tensor_bytes = std::max(peak_tensor_bytes, kit::memory::cpu_bytes_peak());
     losses.push_back(r.loss);
     step_seconds.push_back(r.seconds);
+    if (k >= warmup && !o.trace.empty())
+      for (auto& e : kit::pp::measured_events(r.batch, rank, {o.virtual_chunks, 1}, k))
+        trace_events.push_back(std::move(e));
     if (k >= warmup) {
       comm.data += r.comm.data;
       comm.tensor += r.comm.tensor;
@@ -169,6 +199,7 @@ int worker_main(const Run3DOptions& o, int rank, int W, const std::string& launc
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_timed).count();
   const int64_t timed_steps = o.steps - warmup;
 
+  if (!o.trace.empty()) write_trace(o, grid, rank, W, std::move(trace_events));
   const kit::TensorDict whole = o.save.empty() ? kit::TensorDict() : trainer->gather_state_dict();
   if (!o.save.empty() && rank == 0) {
     kit::GPT2 model(cfg);
@@ -241,6 +272,10 @@ int main(int argc, char** argv) {
   app.add_option("--save", o.save, "Write the whole trained model here (gathered on rank 0; the one-process "
                                    "checkpoint format)");
   kit::add_process_options(app, o.run, o.backend, o.port);
+  app.add_option("--trace", o.trace,
+                 "Write this rank's pipeline schedule over the timed steps as Chrome trace-event JSON here, for "
+                 "https://ui.perfetto.dev or chrome://tracing ({rank} and {world} replaced, else .rank<r> added; "
+                 "the directory must exist): F/B events with their P2P receives, one track per rank");
   app.add_flag("!--no-progress", o.run.train.progress, "Do not print the loss of every step");
   app.footer("Metrics per rank (--out): tokens_per_sec (the global batch's), losses, step seconds, "
              "comm_seconds_per_step {data, tensor, pipeline, embedding}, parameter_bytes, peak_tensor_bytes, "

@@ -31,7 +31,10 @@
 // rank's row filled, plus "rank", "memory" and "steps": every timed batch's actions as
 // [op (0 = F, 1 = B), micro-batch, chunk, stage, start, end, recv] rows, start and end
 // in seconds since "clock_origin", the batch's start on the machine's steady clock, which
-// all processes of one machine share: add it to compare ranks); --save DIR (tests): DIR/rank<r>.pt, a torch::pickle_save
+// all processes of one machine share: add it to compare ranks); --trace this rank's timed batches
+// as Chrome trace-event JSON for Perfetto (kit/trace.h, pipeline_training/trace_events.h: track
+// tid = rank, F/B events with their P2P receives nested, ts on that same steady clock, so the
+// ranks' files merge by concatenating their traceEvents); --save DIR (tests): DIR/rank<r>.pt, a torch::pickle_save
 // dict with "grad/<name>" after the first batch (tied wte gradients already summed),
 // "param/<name>" after --steps AdamW steps, "loss/step<k>" on the last stage's rank,
 // "timeline" ((actions, 6) float64 rows op (0 = F, 1 = B), micro-batch, chunk, stage, start,
@@ -51,6 +54,7 @@
 #include "pipeline_training/p2p.h"
 #include "pipeline_training/schedules.h"
 #include "pipeline_training/simulate.h"
+#include "pipeline_training/trace_events.h"
 #include "pipeline_training/stage_model.h"
 #include "project/cli.h"
 #include "train/loop.h"
@@ -72,7 +76,7 @@ struct PpOptions {
   bool memory = false;
   std::string backend = "gloo";
   int port = 0;
-  std::string save, timeline, schedule_file;
+  std::string save, timeline, trace, schedule_file;
   bool precheck = true;
   int fail_rank = -1;
   int64_t fail_at_action = 0;
@@ -149,6 +153,9 @@ pp::Schedules checked_schedules(const PpOptions& o, int world_size) {
     pp::check_shape(kind, shape);
     schedules = pp::make_schedule(kind, shape);
   }
+  // A trace directory that does not exist fails here, before any batch runs.
+  if (!o.trace.empty())
+    for (int r = 0; r < world_size; ++r) kit::trace::check_trace_path(kit::rank_path(o.trace, r, world_size), "--trace");
   // A schedule that cannot finish becomes the simulator's message here, not a timeout later.
   if (o.precheck) pp::simulate(schedules, shape);
   if (o.backend == "nccl") pp::check_in_order_delivery(schedules, shape);
@@ -232,6 +239,18 @@ nlohmann::json timeline_json(const std::vector<pp::ActionTime>& t, const pp::Pip
   return j;
 }
 
+// This rank's timed batches as a Chrome trace: its own track only, so the ranks' files merge.
+void write_trace(const PpOptions& o, int rank, int W, int64_t warmup, std::vector<kit::trace::Event> events) {
+  kit::trace::Trace trace;
+  trace.tracks.push_back({rank, "rank " + std::to_string(rank)});
+  trace.events = std::move(events);
+  trace.other = {{"program", "run_pipeline_training"}, {"schedule", o.schedule}, {"world", W}, {"rank", rank},
+                 {"microbatches", o.microbatches},     {"virtual_chunks", o.virtual_chunks},
+                 {"steps", o.steps},                   {"warmup", warmup},
+                 {"clock", "steady clock (shared by the processes of one machine), microseconds since its epoch"}};
+  kit::trace::write_chrome_trace(kit::rank_path(o.trace, rank, W), trace, "--trace");
+}
+
 int worker_main(const PpOptions& o, int rank, int W, const std::string& launcher) {
   const pp::Schedules schedules = checked_schedules(o, W);
   const pp::PipelineShape shape = shape_of(o, W);
@@ -280,6 +299,7 @@ int worker_main(const PpOptions& o, int rank, int W, const std::string& launcher
   std::vector<double> losses, step_seconds;
   std::vector<pp::ActionTime> last_timeline;
   nlohmann::json timed_steps = nlohmann::json::array();
+  std::vector<kit::trace::Event> trace_events;  // --trace: every timed batch's
   int64_t peak_kept = 0;
   const int64_t warmup = o.warmup >= 0 ? o.warmup : std::min<int64_t>(1, o.steps - 1);
   BatchMemory memory;  // the largest over the batches
@@ -316,6 +336,8 @@ int worker_main(const PpOptions& o, int rank, int W, const std::string& launcher
     pp::BatchResult r = executor.run(schedules[static_cast<size_t>(rank)], micro, before);
     if (measure) memory.peak = std::max(memory.peak, kit::memory::cpu_bytes_peak() - batch_base);
     if (k >= warmup) timed_steps.push_back(step_json(r, k));
+    if (k >= warmup && !o.trace.empty())
+      for (auto& e : pp::measured_events(r, rank, {o.virtual_chunks, 1}, k)) trace_events.push_back(std::move(e));
     pp::sum_tied_gradients(chunks, shape, rank);
     if (k == 0 && !o.save.empty()) {
       for (const auto& c : chunks)
@@ -350,6 +372,7 @@ int worker_main(const PpOptions& o, int rank, int W, const std::string& launcher
     j["steps"] = timed_steps;
     std::ofstream(path) << j.dump(1) << "\n";
   }
+  if (!o.trace.empty()) write_trace(o, rank, W, warmup, std::move(trace_events));
   if (!o.run.out.empty()) {
     const int64_t tokens = (o.steps - warmup) * o.run.train.batch_size * o.run.data.seq_len;
     const std::vector<double> timed(step_seconds.begin() + warmup, step_seconds.end());
@@ -424,6 +447,10 @@ int main(int argc, char** argv) {
   kit::add_process_options(app, o.run, o.backend, o.port);
   app.add_option("--timeline", o.timeline, "Write this rank's measured timeline of the last batch as JSON here "
                                            "({rank} replaced, else .rank<r> added)");
+  app.add_option("--trace", o.trace,
+                 "Write this rank's timed batches as Chrome trace-event JSON here, for https://ui.perfetto.dev "
+                 "or chrome://tracing ({rank} and {world} replaced, else .rank<r> added; the directory must "
+                 "exist): F/B events with their P2P receives, one track per rank");
   app.add_option("--save", o.save, "Tests: write DIR/rank<r>.pt with gradients after the first batch, parameters "
                                    "after --steps steps, the losses and the timeline");
   app.add_option("--schedule-file", o.schedule_file,

@@ -32,6 +32,9 @@
 // P2P receives, i.e. this stage's own t(l, c) measured in the pipeline), and timeline: this rank's
 // actions of the last step, [op (0 F, 1 B), unit, stage, start, end, recv] (recv: of end - start,
 // the seconds spent in P2P receives).
+// --trace: this rank's timed steps as Chrome trace-event JSON for Perfetto (kit/trace.h,
+// pipeline_training/trace_events.h): track tid = rank ("stage r"), "F mb0 s2" for slice 2 of
+// micro-batch 0, its P2P receives nested; ts on the steady clock the processes of a machine share.
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -47,6 +50,7 @@
 #include "model/gpt2.h"
 #include "pipeline/model_parallel.h"
 #include "pipeline_training/p2p.h"
+#include "pipeline_training/trace_events.h"
 #include "project/cli.h"
 #include "terapipe/latency.h"
 #include "terapipe/pipeline.h"
@@ -64,6 +68,7 @@ struct TeraOptions {
   std::string slices = "uniform:4";
   std::string latency;  // a --profile file
   std::string profile;  // write one here and exit
+  std::string trace;    // --trace: a Chrome trace per rank
   bool print_slicing = false;  // print the slicing (and its predicted time) and exit
   int profile_repeats = 3;
   int64_t n_layer = 0, n_positions = 0;  // 0: the preset's
@@ -158,6 +163,22 @@ void check_options(const TeraOptions& o, int world_size) {
     throw kit::Error("the model has " + std::to_string(cfg.n_layer) + " blocks but the pipeline has " +
                      std::to_string(o.stages) + " stages: use --n-layer " + std::to_string(o.stages) + " or more");
   if (o.profile.empty()) slicing_of(o);  // a bad --slices fails before any process starts
+  if (!o.trace.empty())  // so does a --trace directory that does not exist
+    for (int r = 0; r < o.stages; ++r)
+      kit::trace::check_trace_path(kit::rank_path(o.trace, r, static_cast<int>(o.stages)), "--trace");
+}
+
+// This rank's timed steps as a Chrome trace: its own track only, so the ranks' files merge.
+void write_trace(const TeraOptions& o, int rank, int W, const std::vector<int64_t>& lengths,
+                 std::vector<kit::trace::Event> events) {
+  kit::trace::Trace trace;
+  trace.tracks.push_back({rank, "stage " + std::to_string(rank)});
+  trace.events = std::move(events);
+  trace.other = {{"program", "run_terapipe"}, {"schedule", "gpipe, token slices"}, {"world", W}, {"rank", rank},
+                 {"microbatches", o.microbatches}, {"slicing", o.slices}, {"lengths", lengths},
+                 {"steps", o.steps}, {"warmup", warmup_of(o)},
+                 {"clock", "steady clock (shared by the processes of one machine), microseconds since its epoch"}};
+  kit::trace::write_chrome_trace(kit::rank_path(o.trace, rank, W), trace, "--trace");
 }
 
 // --print-slicing: the slicing --slices names for --stages, as one JSON line; no process starts
@@ -242,6 +263,7 @@ int worker_main(const TeraOptions& o, int rank, int W, const std::string& launch
   const torch::Tensor mask = torch::ones({B, T});
   std::vector<double> losses, step_seconds, pipeline_seconds;
   pp::BatchResult last;
+  std::vector<kit::trace::Event> trace_events;  // --trace: every timed step's
   // Per unit and direction, this rank's compute seconds over the timed steps (an action's span
   // less its time in P2P receives): in-pipeline samples of t(l, c) for bench/terapipe.py.
   std::vector<std::array<std::vector<double>, 2>> unit_compute(static_cast<size_t>(m * n));
@@ -254,6 +276,8 @@ int worker_main(const TeraOptions& o, int rank, int W, const std::string& launch
     const auto micro = pp::split_batch(x.narrow(1, 0, T).contiguous(), x.narrow(1, 1, T).contiguous(), mask, m);
     last = executor.run(schedule, micro);
     pipeline_seconds.push_back(last.timeline.empty() ? 0.0 : last.timeline.back().end);
+    if (k >= warmup && !o.trace.empty())
+      for (auto& e : pp::measured_events(last, rank, {1, n}, k)) trace_events.push_back(std::move(e));
     if (k >= warmup)
       for (const auto& a : last.timeline)
         unit_compute[static_cast<size_t>(a.action.microbatch)][a.action.op == pp::Op::Forward ? 0 : 1].push_back(
@@ -267,6 +291,7 @@ int worker_main(const TeraOptions& o, int rank, int W, const std::string& launch
   }
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_timed).count();
   const int64_t timed_steps = o.steps - warmup;
+  if (!o.trace.empty()) write_trace(o, rank, W, lengths, std::move(trace_events));
   if (!o.run.out.empty()) {
     nlohmann::json timeline = nlohmann::json::array();
     for (const auto& a : last.timeline)
@@ -327,6 +352,10 @@ int main(int argc, char** argv) {
   app.add_option("--warmup", o.warmup, "The first W of the --steps batches are not timed (default 1; 0 when "
                                        "--steps is 1)");
   kit::add_process_options(app, o.run, o.backend, o.port);
+  app.add_option("--trace", o.trace,
+                 "Write this rank's timed steps as Chrome trace-event JSON here, for https://ui.perfetto.dev or "
+                 "chrome://tracing ({rank} and {world} replaced, else .rank<r> added; the directory must exist): "
+                 "one track per stage, F/B of each slice with their P2P receives");
   app.add_flag("!--no-progress", o.run.train.progress, "Do not print the loss of every step");
   app.footer("Metrics per rank (--out): lengths, pipeline_seconds (measured), predicted_seconds (with --latency), "
              "step_seconds, tokens_per_sec, losses (last stage), timeline of the last step.");
