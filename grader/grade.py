@@ -246,6 +246,10 @@ def graded_suites(rubric) -> list:
 
 OPTIMIZE = "-O3"       # Release, as students build
 FAST_OPTIMIZE = "-O1"  # --fast-compile: about a quarter less build time (the self-tests)
+# --build-only (Gradescope's setup.sh) builds the kit cold, with the dependencies the wheel
+# route downloads (SentencePiece and GoogleTest compile from source there): far more than a
+# submission's incremental build (the rubric's build_seconds), so it gets this much instead.
+SETUP_BUILD_SECONDS = 3600
 
 
 @dataclasses.dataclass(frozen=True)
@@ -779,8 +783,10 @@ def grade_local(build_dir: Path, jobs: int, items_filter=None, kit=KIT, test_tim
 
 
 def grade(submission: Path, work: Path, jobs: int, items_filter=None, kit=KIT, test_timeout=None, assignment=1,
-          how=Compile(), perf_gates=False, machine=None, symbol_action=None):
+          how=Compile(), perf_gates=False, machine=None, symbol_action=None, build_seconds=None):
     rubric, log, tests_out, t0 = enabled_items(load_rubric(kit, assignment), perf_gates), [], [], time.time()
+    if build_seconds:  # --build-only: the cold build at setup, not a submission's incremental one
+        rubric["timeouts"]["build_seconds"] = max(rubric["timeouts"]["build_seconds"], build_seconds)
     if test_timeout is None:  # 0: each suite's own TIMEOUT (tests/CMakeLists.txt)
         test_timeout = rubric["timeouts"].get("test_case_seconds", 0)
     sandbox = Sandbox(jobs)
@@ -1010,7 +1016,8 @@ def main(argv=None):
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
     ap.add_argument("--items", nargs="*", help="grade only rubric items whose name contains one of these")
     ap.add_argument("--build-only", action="store_true",
-                    help="build the assignment's test suites (e.g. at setup time), grade no item")
+                    help="build the assignment's test suites (e.g. at setup time), grade no item; "
+                         f"the build may take up to {SETUP_BUILD_SECONDS} s; exit status 1 if it fails")
     ap.add_argument("--test-timeout", type=int, help="seconds per test case (default: rubric, 0 = suite TIMEOUTs)")
     ap.add_argument("--perf-gates", action="store_true",
                     help="turn on every speed gate (rubric items with a \"performance\" entry; off as shipped "
@@ -1060,7 +1067,8 @@ def main(argv=None):
                         assignment=args.assignment,
                         how=Compile(FAST_OPTIMIZE if args.fast_compile else OPTIMIZE,
                                     str(args.prebuilt.resolve()) if args.prebuilt else ""),
-                        perf_gates=args.perf_gates, machine=args.machine, symbol_action=args.symbol_action)
+                        perf_gates=args.perf_gates, machine=args.machine, symbol_action=args.symbol_action,
+                        build_seconds=SETUP_BUILD_SECONDS if args.build_only else None)
     except Exception as e:  # never leave the instructor without a results.json
         failed = True
         results = {"score": 0, "execution_time": 0, "output": f"grader error: {type(e).__name__}: {e}",

@@ -12,7 +12,8 @@
 # Environment: JOBS (default 2), KIT_UBUNTU_MIRROR (default http://archive.ubuntu.com/ubuntu),
 # KIT_PIP_CACHE: a host directory mounted as root's pip cache inside (the torch wheel is
 # gigabytes; share it between runs). KIT_SETUP_ROUTE, KIT_TORCH_SPEC and KIT_TORCH_INDEX
-# pass through to setup.sh. A DIR from an earlier run is reused (its system, its venv).
+# pass through to setup.sh. A DIR from an earlier run is reused (its system, its venv);
+# KIT_PROOF_KEEP_WORK=1 also keeps its /autograder/work.
 set -euo pipefail
 DIR=${1:?usage: sudo $0 DIR [noble|jammy] [N]}
 SUITE=${2:-noble}
@@ -51,7 +52,13 @@ fi
 phase_start "package.py gradescope --assignment $N"
 zip=$(mktemp --suffix=.zip)
 python3 "$REPO/grader/package.py" gradescope --assignment "$N" --out "$zip" >/dev/null
-rm -rf "$DIR/autograder"
+# Fresh, as on Gradescope; KIT_PROOF_KEEP_WORK=1 keeps /autograder/work (the prebuild) of a
+# run before, to try a change without the cold build.
+if [[ "${KIT_PROOF_KEEP_WORK:-0}" == 1 ]]; then
+  rm -rf "$DIR/autograder/source" "$DIR/autograder/submission" "$DIR/autograder/results"
+else
+  rm -rf "$DIR/autograder"
+fi
 mkdir -p "$DIR/autograder/source" "$DIR/autograder/submission"
 (cd "$DIR/autograder/source" && unzip -q "$zip")
 rm -f "$zip"
@@ -65,8 +72,10 @@ in_root() {   # as root in DIR, Gradescope's environment: nothing of the host's
 
 # ---- 3. setup.sh: the route, the install, the prebuild --------------------------------------
 phase_start "setup.sh (root)"
-in_root 'cd /autograder/source && bash setup.sh' 2>&1 | tee "$DIR.setup.log" | grep -E "^(route|reason|python|setup route):|FAILED|error" || true
-[[ ${PIPESTATUS[0]} -eq 0 ]] || { tail -30 "$DIR.setup.log"; echo "error: setup.sh failed (log: $DIR.setup.log)" >&2; exit 1; }
+rc=0
+in_root 'cd /autograder/source && bash setup.sh' > "$DIR.setup.log" 2>&1 || rc=$?
+grep -E "^(route|reason|python|setup route):|FAILED|grader error|stopped after" "$DIR.setup.log" || true
+((rc == 0)) || { tail -30 "$DIR.setup.log"; echo "error: setup.sh failed, exit $rc (log: $DIR.setup.log)" >&2; exit 1; }
 phase_end
 
 # ---- 4. the reference solution graded through run_autograder -----------------------------
@@ -77,7 +86,7 @@ from pathlib import Path
 repo, n, out = Path(sys.argv[1]), int(sys.argv[2]), Path(sys.argv[3])
 rubric = repo / ("grader/rubric.json" if n == 1 else f"grader/assignment{n}/rubric.json")
 for f in json.loads(rubric.read_text())["student_files"]:
-    src = repo / f.replace("starter/", "solution/", 1)
+    src = repo / "solution" / f
     (out / f).parent.mkdir(parents=True, exist_ok=True)
     (out / f).write_bytes(src.read_bytes())
 PY
