@@ -156,10 +156,16 @@ class GradescopeZip(unittest.TestCase):
                 out = Path(tmp) / "autograder.zip"
                 package.main(["gradescope", "--assignment", str(n), "--out", str(out)])
                 with zipfile.ZipFile(out) as z:
-                    for script in ("setup.sh", "run_autograder"):
+                    for script, passes in (("setup.sh", f"autograder_setup.sh {n}\n"),
+                                           ("run_autograder", f"--assignment {n} ")):
                         text = z.read(script).decode()
-                        self.assertIn(f"--assignment {n} ", text, script)
+                        self.assertIn(passes, text, script)
                         self.assertEqual(z.getinfo(script).external_attr >> 16, 0o755)
+                    # run_autograder configures against the LibTorch setup.sh installed
+                    self.assertIn("source /autograder/source/kit/build_env.sh", z.read("run_autograder").decode())
+                    self.assertIn("kit/scripts/autograder_setup.sh", z.namelist())
+                    self.assertIn("kit/scripts/setup_route.py", z.namelist())
+                    self.assertIn("kit/scripts/cuda_toolkit_from_pip.sh", z.namelist())
                     self.assertIn(f"kit/{package.rubric_path(n)}", z.namelist())
 
 
