@@ -155,10 +155,13 @@ class Sandbox:
         full_env.update(HOME=str(home), TMPDIR=str(home), PWD=str(home))
         full_env.update(env or {})
         out_file = tempfile.TemporaryFile(dir=cwd_parent)
-        p = subprocess.Popen(self._prefix(uid) + [str(a) for a in argv], cwd=home, env=full_env,
-                             stdin=subprocess.DEVNULL, stdout=out_file, stderr=subprocess.STDOUT,
-                             pass_fds=pass_fds, start_new_session=True)
+        # Started and registered under the lock: without namespaces, another slot's sweep kills
+        # every child of the grader that is not in `running`, and a case it saw between fork
+        # and registration would die with it (a wrong grade, not a crash).
         with self.lock:
+            p = subprocess.Popen(self._prefix(uid) + [str(a) for a in argv], cwd=home, env=full_env,
+                                 stdin=subprocess.DEVNULL, stdout=out_file, stderr=subprocess.STDOUT,
+                                 pass_fds=pass_fds, start_new_session=True)
             self.running.add(p.pid)
         return {"proc": p, "uid": uid, "home": home, "out": out_file, "timed_out": False}
 

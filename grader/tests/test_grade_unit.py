@@ -576,6 +576,30 @@ HONEST = (PY + " -c \"import ctypes, os\n"
           "    os.write(v, b'KIT-VERDICT '); assert libc.tee(t, v, 256, 0) == 32; os.write(v, what + b'\\\\n')\n\"")
 
 
+class WithoutNamespaces(unittest.TestCase):
+    """Where unshare cannot make a PID namespace (a chroot; a container without the privilege,
+    as Gradescope's may be), the sandbox kills the grader's orphaned children instead. That
+    sweep must never take a case another slot has just started."""
+
+    def test_two_slots_never_kill_each_others_cases(self):
+        script = (
+            "import concurrent.futures, sys, tempfile\n"
+            f"sys.path.insert(0, {str(KIT / 'grader')!r})\n"
+            "import sandbox\n"
+            "sandbox._works = lambda cmd: False  # as on a machine without namespaces\n"
+            "sb = sandbox.Sandbox(2, separate_users=False)\n"
+            "assert not sb.ns\n"
+            "d = tempfile.mkdtemp()\n"
+            "one = lambda i: sb.run(['sh', '-c', 'sleep 0.02; exit 3'], d, 20, channel=False)['exit']\n"
+            "with concurrent.futures.ThreadPoolExecutor(2) as pool:\n"
+            "    codes = list(pool.map(one, range(120)))\n"
+            "print('EXITS', sorted(set(codes)), codes.count(3))\n")
+        r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        # every case ended by itself (exit 3), none killed (-9) by the other slot's sweep
+        self.assertIn("EXITS [3] 120", r.stdout, r.stdout + r.stderr)
+
+
 class Sandboxed(unittest.TestCase):
     """The sandbox with a shell script as the 'test program' (no build needed)."""
 
