@@ -9,9 +9,8 @@
 #
 #   sudo scripts/container/gradescope_proof.sh DIR [noble|jammy] [N]
 #
-# Environment: JOBS (default 2), KIT_UBUNTU_MIRROR (default http://archive.ubuntu.com/ubuntu),
-# KIT_PIP_CACHE: a host directory mounted as root's pip cache inside (the torch wheel is
-# gigabytes; share it between runs). KIT_SETUP_ROUTE, KIT_TORCH_SPEC and KIT_TORCH_INDEX
+# Environment: JOBS (default 2), KIT_UBUNTU_MIRROR (default http://archive.ubuntu.com/ubuntu).
+# KIT_SETUP_ROUTE, KIT_TORCH_SPEC and KIT_TORCH_INDEX
 # pass through to setup.sh. A DIR from an earlier run is reused (its system, its venv);
 # KIT_PROOF_KEEP_WORK=1 also keeps its /autograder/work.
 set -euo pipefail
@@ -43,10 +42,6 @@ deb $MIRROR $SUITE main universe
 deb $MIRROR $SUITE-updates main universe
 deb $MIRROR $SUITE-security main universe
 SRC
-if [[ -n "${KIT_PIP_CACHE:-}" ]]; then
-  mkdir -p "$KIT_PIP_CACHE" && chmod 1777 "$KIT_PIP_CACHE"
-  mount_in /root/.cache/pip --bind "$KIT_PIP_CACHE"
-fi
 
 # ---- 2. the autograder zip, unpacked where Gradescope puts it ------------------------------
 phase_start "package.py gradescope --assignment $N"

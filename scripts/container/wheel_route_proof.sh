@@ -11,9 +11,7 @@
 #
 # Environment: JOBS (default 2), KIT_MIRROR (default http://deb.debian.org/debian),
 # TORCH_SPEC (what the user pip-installs into ~/torch inside; default torch, PyPI's current
-# wheel), KIT_PIP_CACHE (a host directory mounted as the user's pip cache: the CUDA wheel is
-# gigabytes; share it between runs and with gradescope_proof.sh). A DIR from an earlier run
-# is reused: its system and its venv.
+# wheel). A DIR from an earlier run is reused: its system and its venv.
 set -euo pipefail
 DIR=${1:?usage: sudo $0 DIR}
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
@@ -40,10 +38,6 @@ copy_kit "$REPO"
 
 # ---- 3. the torch wheel in a venv --------------------------------------------------------
 phase_start "torch wheel in a venv (user kit)"
-if [[ -n "${KIT_PIP_CACHE:-}" ]]; then
-  mkdir -p "$KIT_PIP_CACHE" && chmod 1777 "$KIT_PIP_CACHE"
-  mount_in /home/kit/.cache/pip --bind "$KIT_PIP_CACHE"
-fi
 VENV=/home/kit/torch
 as_user "[[ -x $VENV/bin/python ]] || python3 -m venv $VENV; $VENV/bin/python -c 'import torch' 2>/dev/null ||
   $VENV/bin/pip install -q '${TORCH_SPEC:-torch}'"
