@@ -107,3 +107,21 @@ copy_kit() {
   if chroot "$DIR" sh -c 'command -v git' >/dev/null; then as_user 'git init -q .'; fi
   phase_end
 }
+
+# build_and_test <what> <cmake --build args> <ctest args> <result when they pass>: as the user
+# kit, builds and runs the tests (each a timed phase), prints the times and the result, and
+# exits with ctest's status.
+build_and_test() {
+  phase_start "build $1 -j$JOBS (user kit)"
+  as_user "cmake --build build -j \"\$JOBS\" $2 > build.log 2>&1 || { grep -E 'error' build.log | head -40; exit 1; }"
+  phase_end
+  phase_start "ctest $1 (user kit)"
+  local rc=0
+  as_user "ctest --test-dir build --output-on-failure $3 > ctest.log 2>&1; rc=\$?
+    grep -E 'tests passed|tests failed|\(Failed\)|\(Timeout\)|Not Run|Total Test time' ctest.log; exit \$rc" || rc=$?
+  phase_end
+  report
+  echo "logs: $DIR/home/kit/kit/{build-configure.log,build.log,ctest.log}"
+  if ((rc)); then echo "RESULT: tests FAILED (ctest exit $rc)"; else echo "RESULT: $4"; fi
+  exit "$rc"
+}

@@ -42,17 +42,4 @@ as_user 'scripts/install_deps.sh --python &&
   grep -E "^-- (LibTorch|c10d)|Downloading|downloaded" build-configure.log || true'
 phase_end
 
-phase_start "build -j$JOBS (user kit)"
-as_user 'cmake --build build -j "$JOBS" > build.log 2>&1 || { grep -E "error" build.log | head -40; exit 1; }'
-phase_end
-
-phase_start "ctest, quick set (user kit)"
-rc=0
-as_user 'ctest --test-dir build --output-on-failure -j "$JOBS" > ctest.log 2>&1; rc=$?
-  grep -E "tests passed|tests failed|\(Failed\)|\(Timeout\)|Total Test time" ctest.log; exit $rc' || rc=$?
-phase_end
-
-report
-echo "logs: $DIR/home/kit/kit/{build-configure.log,build.log,ctest.log}"
-if ((rc)); then echo "RESULT: tests FAILED (ctest exit $rc)"; else echo "RESULT: all quick tests passed"; fi
-exit "$rc"
+build_and_test "(all)" "" '-j "$JOBS"' "all quick tests passed"

@@ -56,18 +56,5 @@ as_user "prefix=\$($VENV/bin/python -c 'import torch;print(torch.utils.cmake_pre
   grep -q 'c10d Gloo backend: yes' build-configure.log || { echo 'error: no Gloo backend'; exit 1; }"
 phase_end
 
-phase_start "build test_data_parallel -j$JOBS (user kit)"
-as_user 'cmake --build build -j "$JOBS" --target test_data_parallel > build.log 2>&1 ||
-  { grep -E "error" build.log | head -40; exit 1; }'
-phase_end
-
-phase_start "ctest data_parallel.* (user kit)"
-rc=0
-as_user 'ctest --test-dir build --output-on-failure -R "^data_parallel\." > ctest.log 2>&1; rc=$?
-  grep -E "tests passed|tests failed|\(Failed\)|\(Timeout\)|Not Run|Total Test time" ctest.log; exit $rc' || rc=$?
-phase_end
-
-report
-echo "logs: $DIR/home/kit/kit/{build-configure.log,build.log,ctest.log}"
-if ((rc)); then echo "RESULT: tests FAILED (ctest exit $rc)"; else echo "RESULT: the wheel-only route passes Assignment 1's data-parallel tests (Gloo)"; fi
-exit "$rc"
+build_and_test test_data_parallel "--target test_data_parallel" '-R "^data_parallel\."' \
+  "the wheel-only route passes Assignment 1's data-parallel tests (Gloo)"
