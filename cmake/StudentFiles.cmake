@@ -1,15 +1,20 @@
 # The student files: read from the rubrics ("student_files"), the single lists that the
-# build, the starter generator and the grader all use. grader/rubric.json is assignment 1;
-# grader/assignment<N>/rubric.json the later ones. A student bundle carries grader/rubric.json
-# and its own assignment's rubric only, and grader/bundle.json with every assignment's list.
-# KIT_RUBRICS: the rubrics this tree has, Assignment 1's first (tests/ labels cases from them).
-file(GLOB _kit_later "${CMAKE_SOURCE_DIR}/grader/assignment*/rubric.json")
-set(KIT_RUBRICS "${CMAKE_SOURCE_DIR}/grader/rubric.json")
-foreach(_path ${_kit_later})
-  if(_path MATCHES "/grader/assignment([0-9]+)/rubric.json$" AND CMAKE_MATCH_1 GREATER_EQUAL 2)
+# build, the starter generator and the grader all use: grader/assignment<N>/rubric.json is
+# assignment N. A student bundle carries Assignment 1's rubric and its own assignment's, and
+# grader/bundle.json with every assignment's list.
+# KIT_RUBRICS: the rubrics this tree has, in assignment order (tests/ labels cases from them).
+file(GLOB _kit_rubrics "${CMAKE_SOURCE_DIR}/grader/assignment*/rubric.json")
+set(KIT_RUBRICS "")
+foreach(_path ${_kit_rubrics})
+  if(_path MATCHES "/grader/assignment([0-9]+)/rubric.json$")
     list(APPEND KIT_RUBRICS "${_path}")
   endif()
 endforeach()
+# GLOB sorts by name: assignment10 would come before assignment2; order by number.
+list(SORT KIT_RUBRICS COMPARE NATURAL)
+if(NOT KIT_RUBRICS)
+  message(FATAL_ERROR "no grader/assignment<N>/rubric.json in ${CMAKE_SOURCE_DIR}: the rubrics list the student files")
+endif()
 set(KIT_STUDENT_FILES "")
 foreach(_path ${KIT_RUBRICS})
   file(READ "${_path}" _rubric)

@@ -4,9 +4,8 @@
     python3 grader/grade.py SUBMISSION [--assignment N] [--out results.json] [--work DIR]
 
 SUBMISSION is a directory or a .zip (one enclosing folder is fine). Only the student
-files named in the assignment's rubric (1: grader/rubric.json, N >= 2:
-grader/assignment<N>/rubric.json) are taken from it (at <f> or starter/<f>), plus
-submit_figures/*.png; everything else, other assignments' student files included, is listed
+files named in the assignment's rubric (grader/assignment<N>/rubric.json) are taken from
+it (at <f> or starter/<f>), plus submit_figures/*.png; everything else, other assignments' student files included, is listed
 and ignored, so a submission can never replace tests, rubric, CMake or given code. The
 student files are copied into a clean copy of the kit (without solution/; every other
 assignment's student files are the kit's starter stubs), built, and every test case runs as
@@ -51,22 +50,22 @@ ANY_IGNORE = shutil.ignore_patterns(".git", "__pycache__", "*.pyc", "wrong_submi
 
 
 def rubric_path(kit: Path, assignment: int) -> Path:
-    """Assignment 1's rubric is grader/rubric.json; assignment N >= 2's grader/assignment<N>/rubric.json."""
-    return kit / "grader" / ("rubric.json" if assignment == 1 else f"assignment{assignment}/rubric.json")
+    """Assignment N's rubric: grader/assignment<N>/rubric.json."""
+    return kit / "grader" / f"assignment{assignment}" / "rubric.json"
 
 
 def assignments(kit=KIT) -> list:
-    """The assignment numbers this kit has a rubric for: 1, then every grader/assignment<N>/."""
+    """The assignment numbers this kit has a rubric for (grader/assignment<N>/rubric.json), in order."""
     found = [int(m.group(1)) for p in (kit / "grader").glob("assignment*/rubric.json")
-             if (m := re.fullmatch(r"assignment([0-9]+)", p.parent.name)) and int(m.group(1)) >= 2]
-    return [1] + sorted(found)
+             if (m := re.fullmatch(r"assignment([0-9]+)", p.parent.name)) and int(m.group(1)) >= 1]
+    return sorted(found)
 
 
 def load_rubric(kit=KIT, assignment=1):
     if assignment not in assignments(kit):
         raise ValueError(f"there is no assignment {assignment}: this kit has assignments "
                          + ", ".join(map(str, assignments(kit)))
-                         + " (1 is grader/rubric.json, N >= 2 is grader/assignment<N>/rubric.json)")
+                         + " (assignment N is grader/assignment<N>/rubric.json)")
     return json.loads(rubric_path(kit, assignment).read_text())
 
 
@@ -744,7 +743,7 @@ def grade_local(build_dir: Path, jobs: int, items_filter=None, kit=KIT, test_tim
         raise RuntimeError(f"{build_dir} builds solution/ (KIT_SOLUTION=ON), not your starter/ files: "
                            "configure a build without it")
     sandbox = Sandbox(jobs, separate_users=False)
-    log.append(f"assignment {assignment}: " + rubric.get("title", "grader/rubric.json") +
+    log.append(f"assignment {assignment}: " + rubric.get("title", f"grader/assignment{assignment}/rubric.json") +
                f" -- a local grade of {kit / 'starter'} with the build {build_dir}")
     log.append(sandbox.describe().split("; not root")[0] + " (as you: a local grade)")
     found = {f: p for f in rubric["student_files"] if (p := regular_file(kit, "starter/" + f))}
@@ -790,7 +789,7 @@ def grade(submission: Path, work: Path, jobs: int, items_filter=None, kit=KIT, t
     if test_timeout is None:  # 0: each suite's own TIMEOUT (tests/CMakeLists.txt)
         test_timeout = rubric["timeouts"].get("test_case_seconds", 0)
     sandbox = Sandbox(jobs)
-    log.append(f"assignment {assignment}: " + rubric.get("title", "grader/rubric.json"))
+    log.append(f"assignment {assignment}: " + rubric.get("title", f"grader/assignment{assignment}/rubric.json"))
     log.append(sandbox.describe())
     work.mkdir(parents=True, exist_ok=True)
     runs = work / "runs"  # each case's own directory goes here, made fresh and removed after
@@ -1008,8 +1007,8 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("submission", type=Path, nargs="?", help="a directory or a .zip (not with --local)")
     ap.add_argument("--assignment", type=int, default=1, metavar="N",
-                    help="which assignment to grade (default 1: grader/rubric.json; N >= 2: "
-                         "grader/assignment<N>/rubric.json); only its student files are taken")
+                    help="which assignment to grade (default 1; its rubric is grader/assignment<N>/rubric.json); "
+                         "only its student files are taken")
     ap.add_argument("--out", type=Path, help="where to write results.json (default: results.json; with --local, "
                                               "BUILD/results.json)")
     ap.add_argument("--work", type=Path, help="build directory to (re)use; default: a temporary one")
@@ -1049,8 +1048,8 @@ def main(argv=None):
         ap.error("--local grades a build you made: --work, --prebuilt, --build-only and --perf-gates do not apply")
     if args.assignment not in assignments():  # a usage error, before any results.json is written
         ap.error(f"there is no assignment {args.assignment}: this kit has assignments "
-                 + ", ".join(map(str, assignments())) + " (grader/rubric.json is 1, "
-                 "grader/assignment<N>/rubric.json is N)")
+                 + ", ".join(map(str, assignments())) + " (assignment N is "
+                 "grader/assignment<N>/rubric.json)")
     if args.out is None:
         args.out = args.local / "results.json" if args.local else Path("results.json")
     if args.build_only:

@@ -13,7 +13,7 @@ in solution/<file> becomes, in starter/<file>,
     throw kit::NotImplemented("Problem 1.2 average_gradients");
 
 so the starter compiles and every unimplemented function fails fast with a clear
-message. The student files are the ones listed in grader/rubric.json and grader/assignment*/rubric.json.
+message. The student files are the ones listed in grader/assignment*/rubric.json.
 
     python3 grader/make_starter.py           # write starter/<file> for every student file
     python3 grader/make_starter.py --check   # exit 1 if a committed starter file differs
@@ -36,8 +36,10 @@ class MarkerError(Exception):
 
 
 def rubric_paths(root=ROOT):
-    """grader/rubric.json (assignment 1), then grader/assignment<N>/rubric.json."""
-    return [root / "grader" / "rubric.json"] + sorted((root / "grader").glob("assignment*/rubric.json"))
+    """grader/assignment<N>/rubric.json, in assignment order."""
+    found = [(int(m.group(1)), p) for p in (root / "grader").glob("assignment*/rubric.json")
+             if (m := re.fullmatch(r"assignment([0-9]+)", p.parent.name))]
+    return [p for _, p in sorted(found)]
 
 
 def student_files(root=ROOT):

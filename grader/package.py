@@ -4,17 +4,19 @@
     python3 grader/package.py student    [--assignment N] [--out kit-student.zip]  # what students get
     python3 grader/package.py gradescope [--assignment N] [--out autograder.zip]   # Gradescope's autograder
 
-An assignment is a rubric: 1 is grader/rubric.json, N >= 2 is grader/assignment<N>/rubric.json.
-Its own material is that rubric's folder, the test suites its items name (tests/<suite>/,
-grader/hidden_tests/<suite>/) and its handout chapter (handout/assignment<N>.md; handout/README.md
-is Assignment 1's chapter and the index, so it ships with every assignment). A package of
-assignment N leaves out every other assignment's own material; given code, shared tests and
-the starter stubs of every student file ship with each (the programs share them).
+An assignment is a rubric: assignment N is grader/assignment<N>/rubric.json. Its own material is
+that rubric's folder, the test suites its items name (tests/<suite>/, grader/hidden_tests/<suite>/)
+and its handout chapter (handout/assignment<N>.md; handout/README.md, the index and what every
+assignment shares, ships with each). A package of assignment N leaves out every other
+assignment's own material, except Assignment 1's rubric, which every package carries (CMake and
+grade.py learn Assignment 1's student files from it where there is no grader/bundle.json, as in a
+Gradescope kit); given code, shared tests and the starter stubs of every student file ship with
+each (the programs share them).
 
 student:    the files git tracks, minus the reference solution, the grader internals and the
             other assignments' own material: starter (stubs), given code, public tests, handout,
-            plots, scripts, cmake, CMakeLists.txt, grader/rubric.json (CMake reads it),
-            grader/assignment<N>/rubric.json, and what grades locally: grade.py with its sandbox
+            plots, scripts, cmake, CMakeLists.txt, grader/assignment1/rubric.json,
+            grader/assignment<N>/rubric.json (CMake reads them), and what grades locally: grade.py with its sandbox
             and checks (python3 grader/grade.py --local build: the public cases; the bundle has
             no hidden tests) and grader/bundle.json (which assignment, which solutions it holds).
             starter/ holds the reference solution of every earlier assignment's student files
@@ -65,21 +67,27 @@ def tracked_files():
 
 # ---------------------------------------------------------------- assignments
 def rubric_path(n: int) -> str:
-    return "grader/rubric.json" if n == 1 else f"grader/assignment{n}/rubric.json"
+    return f"grader/assignment{n}/rubric.json"
+
+
+# Shipped in every package although it belongs to Assignment 1: where there is no
+# grader/bundle.json (a Gradescope kit), CMake and grade.py learn Assignment 1's student files,
+# whose stubs every later assignment builds, from it.
+SHARED_RUBRIC = rubric_path(1)
 
 
 def assignments():
-    """1, then N for every grader/assignment<N>/rubric.json."""
-    later = [int(m.group(1)) for p in (KIT / "grader").glob("assignment*/rubric.json")
-             if (m := re.fullmatch(r"assignment([0-9]+)", p.parent.name)) and int(m.group(1)) >= 2]
-    return [1] + sorted(later)
+    """N for every grader/assignment<N>/rubric.json, in order."""
+    found = [int(m.group(1)) for p in (KIT / "grader").glob("assignment*/rubric.json")
+             if (m := re.fullmatch(r"assignment([0-9]+)", p.parent.name)) and int(m.group(1)) >= 1]
+    return sorted(found)
 
 
 def rubric(n: int):
     if n not in assignments():
         raise SystemExit(f"error: there is no assignment {n}: this kit has assignments "
                          + ", ".join(map(str, assignments()))
-                         + " (grader/rubric.json is 1, grader/assignment<N>/rubric.json is N)")
+                         + " (assignment N is grader/assignment<N>/rubric.json)")
     return json.loads((KIT / rubric_path(n)).read_text())
 
 
@@ -92,9 +100,7 @@ def suites(n: int):
 
 def own_material(n: int, keep_suites=()):
     """Path prefixes that belong to assignment n alone (suites in keep_suites are shared)."""
-    prefixes = [f"handout/assignment{n}.md", f"handout/assignment{n}/"]
-    if n >= 2:
-        prefixes.append(f"grader/assignment{n}/")
+    prefixes = [f"handout/assignment{n}.md", f"handout/assignment{n}/", f"grader/assignment{n}/"]
     for s in sorted(suites(n) - set(keep_suites)):
         prefixes += [f"tests/{s}/", f"grader/hidden_tests/{s}/"]
     return prefixes
@@ -104,7 +110,7 @@ def without_other_assignments(files, n: int):
     """files minus every other assignment's own material. A test file that a file still in the
     list includes (a shared test helper) stays."""
     others = [p for k in assignments() if k != n for p in own_material(k, keep_suites=suites(n))]
-    keep = [f for f in files if not f.startswith(tuple(others))]
+    keep = [f for f in files if f == SHARED_RUBRIC or not f.startswith(tuple(others))]
     dropped = set(files) - set(keep)
     todo = [f for f in keep if f.startswith(("tests/", "grader/hidden_tests/"))]
     while todo:
@@ -128,7 +134,7 @@ BUNDLE_INFO = "grader/bundle.json"
 
 
 def student_files(assignment=1):
-    public = {"grader/rubric.json", rubric_path(assignment), *PUBLIC_GRADER_FILES}  # CMake reads grader/rubric.json
+    public = {SHARED_RUBRIC, rubric_path(assignment), *PUBLIC_GRADER_FILES}  # CMake reads the rubrics
     keep = []
     for f in tracked_files():
         top = f.split("/", 1)[0]
@@ -175,7 +181,7 @@ def bundle_info(assignment, earlier):
 def gradescope_files(assignment=1):
     files = [f for f in tracked_files()
              if f.split("/", 1)[0] not in ("solution", ".ci") and not f.startswith("grader/tests/")
-             and not re.match(r"grader/(assignment[0-9]+/)?wrong_submissions/", f)]
+             and not re.match(r"grader/assignment[0-9]+/wrong_submissions/", f)]
     return without_other_assignments(files, assignment)
 
 
@@ -207,7 +213,7 @@ def main(argv=None):
                                  epilog=__doc__.split("\n\n", 2)[2])
     ap.add_argument("what", choices=["student", "gradescope"])
     ap.add_argument("--assignment", type=int, default=1, metavar="N",
-                    help="which assignment (default 1: grader/rubric.json; N >= 2: grader/assignment<N>/)")
+                    help="which assignment (default 1; its rubric is grader/assignment<N>/rubric.json)")
     ap.add_argument("--stubs-of", type=int, action="append", default=[], metavar="K",
                     help="student bundle only: starter/ gets the stubs of earlier assignment K's student files "
                          "instead of their reference solution (repeatable; the default ships every earlier "

@@ -12,9 +12,9 @@
 # In the instructor's kit: install what is missing, build the reference solution, run every
 # test and the grader's self-tests of the CI tier: for every assignment the solution (every
 # graded case, which must all pass) and the known-wrong submissions whose expected.json says
-# "in_ci": true (grader/wrong_submissions/ for Assignment 1, grader/assignment<N>/wrong_submissions/
-# for assignment N). Each graded case runs once, inside the solution self-tests (ctest -LE leaves
-# out the cases they run, which tests/CMakeLists.txt labels in_solution_selftest).
+# "in_ci": true (grader/assignment<N>/wrong_submissions/ for assignment N). Each graded case
+# runs once, inside the solution self-tests (ctest -LE leaves out the cases they run, which
+# tests/CMakeLists.txt labels in_solution_selftest).
 #   scripts/test.sh [--quick|--full] [build-dir]     (default build dir: build)
 #   --quick   no grader self-tests and no tests labelled slow (the 3D grid's runs of up to 8
 #             processes): every case runs in ctest itself

@@ -3,12 +3,11 @@
 
     python3 grader/tests/selftest.py solution|starter|<wrong submission> --work DIR [--assignment N]
 
-Grades assignment N (default 1: grader/rubric.json; N >= 2: grader/assignment<N>/rubric.json):
+Grades assignment N (default 1; its rubric is grader/assignment<N>/rubric.json):
 solution: the reference solution plus valid figures must score full marks (the rubric's total).
 starter:  the stubs and no figures must score 0 (and build, and finish without a grader error).
-<name>:   a known-wrong submission: grader/wrong_submissions/<name>/ for assignment 1,
-          grader/assignment<N>/wrong_submissions/<name>/ for N >= 2. Its expected.json says what
-          is wrong and what it scores:
+<name>:   a known-wrong submission: grader/assignment<N>/wrong_submissions/<name>/. Its
+          expected.json says what is wrong and what it scores:
               {"why": "<what is wrong>",
                "edits": [{"file": "pipeline/pipe.cpp", "replace": "<text>", "with": "<text>"}, ...],
                "items": {"<item name substring>": expected points, ...},
@@ -89,7 +88,7 @@ def leftovers(work: Path):
 
 
 def wrong_submissions_dir(assignment: int) -> Path:
-    return GRADER / ("wrong_submissions" if assignment == 1 else f"assignment{assignment}/wrong_submissions")
+    return GRADER / f"assignment{assignment}" / "wrong_submissions"
 
 
 def grade_once(sub: Path, work: Path, jobs: int, items, test_timeout, assignment=1, extra=(), prebuilt=None):

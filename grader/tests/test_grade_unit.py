@@ -104,12 +104,13 @@ class Collect(unittest.TestCase):
 
 
 class Assignments(unittest.TestCase):
-    """--assignment N: 1 is grader/rubric.json, N >= 2 grader/assignment<N>/rubric.json."""
+    """--assignment N: its rubric is grader/assignment<N>/rubric.json."""
 
     def fake_kit(self, root: Path):
         """A kit with two assignments: a1.cpp (assignment 1) and a2.cpp (assignment 2)."""
+        (root / "grader" / "assignment1").mkdir(parents=True)
         (root / "grader" / "assignment2").mkdir(parents=True)
-        (root / "grader" / "rubric.json").write_text('{"student_files": ["p/a1.cpp"], "items": []}')
+        (root / "grader" / "assignment1" / "rubric.json").write_text('{"student_files": ["p/a1.cpp"], "items": []}')
         (root / "grader" / "assignment2" / "rubric.json").write_text(
             '{"assignment": 2, "student_files": ["q/a2.cpp"], "items": []}')
         (root / "grader" / "assignment2x").mkdir()  # not an assignment folder

@@ -22,11 +22,12 @@ class StudentBundle(unittest.TestCase):
 
     def test_no_solution_or_grader_internals(self):
         leaked = [f for f in self.files if f.startswith(("solution/", ".ci/"))
-                  or (f.startswith("grader/") and f not in ("grader/rubric.json",) + package.PUBLIC_GRADER_FILES)]
+                  or (f.startswith("grader/") and f not in (package.SHARED_RUBRIC,) + package.PUBLIC_GRADER_FILES)]
         self.assertEqual(leaked, [], "the student bundle must not contain these")
 
     def test_has_what_students_build_with(self):
-        for f in ("CMakeLists.txt", "grader/rubric.json", "tests/CMakeLists.txt", "handout/README.md",
+        for f in ("CMakeLists.txt", "grader/assignment1/rubric.json", "tests/CMakeLists.txt", "handout/README.md",
+                  "handout/assignment1.md",
                   "scripts/install_deps.sh", "starter/pipeline/pipe.cpp"):
             self.assertIn(f, self.files)
 
@@ -34,10 +35,10 @@ class StudentBundle(unittest.TestCase):
 class PerAssignment(unittest.TestCase):
     def test_assignment_1_bundle_is_the_kit_minus_later_assignments_material(self):
         # What the bundle was before there was a second assignment: everything tracked but
-        # solution/, .ci/ and grader/ (except grader/rubric.json). Assignment 1's bundle is
+        # solution/, .ci/ and grader/ (except Assignment 1's rubric). Assignment 1's bundle is
         # exactly that, less only what later assignments added as their own.
         before = [f for f in package.tracked_files() if f.split("/", 1)[0] not in ("solution", ".ci")
-                  and (not f.startswith("grader/") or f in ("grader/rubric.json",) + package.PUBLIC_GRADER_FILES)]
+                  and (not f.startswith("grader/") or f in (package.SHARED_RUBRIC,) + package.PUBLIC_GRADER_FILES)]
         later = tuple(p for n in LATER for p in package.own_material(n, keep_suites=package.suites(1)))
         self.assertEqual(package.student_files(1), [f for f in before if not f.startswith(later)])
 
@@ -53,16 +54,20 @@ class PerAssignment(unittest.TestCase):
     @unittest.skipUnless(2 in package.assignments(), "no assignment 2 in this kit")
     def test_assignment_2_bundle_has_its_rubric_tests_and_stubs_and_not_assignment_1s_tests(self):
         files = package.student_files(2)
-        for f in ("grader/rubric.json", "grader/assignment2/rubric.json", "CMakeLists.txt",
+        for f in ("grader/assignment1/rubric.json", "grader/assignment2/rubric.json", "CMakeLists.txt",
                   "starter/pipeline_training/schedules.cpp", "starter/pipeline_training/step.cpp",
-                  "starter/pipeline_training/executor.h", "starter/pipeline/pipe.cpp", "handout/README.md"):
+                  "starter/pipeline_training/executor.h", "starter/pipeline/pipe.cpp", "handout/README.md",
+                  "handout/assignment2.md"):
             self.assertIn(f, files)
+        # the handout of each assignment is its own; the index and the common sections are shared
+        self.assertNotIn("handout/assignment1.md", files)
         tracked = package.tracked_files()
         self.assertEqual([f for f in tracked if f.startswith("tests/pipeline_training/") and f not in files], [])
         self.assertFalse([f for f in files if f.startswith(("tests/data_parallel/test_", "tests/pipeline/pipe_test",
-                                                            "solution/", "grader/wrong_submissions/"))])
+                                                            "solution/", "grader/assignment1/wrong_submissions/"))])
         self.assertFalse([f for f in files if f.startswith("grader/") and f not in
-                          ("grader/rubric.json", "grader/assignment2/rubric.json") + package.PUBLIC_GRADER_FILES])
+                          ("grader/assignment1/rubric.json", "grader/assignment2/rubric.json")
+                          + package.PUBLIC_GRADER_FILES])
         # the starter files are stubs, as generated from solution/
         self.assertIn("NotImplemented", (package.KIT / "starter/pipeline_training/step.cpp").read_text())
 
@@ -128,7 +133,8 @@ class GradescopeZip(unittest.TestCase):
         for n in package.assignments():
             files = package.gradescope_files(n)
             self.assertIn("grader/grade.py", files)
-            self.assertIn("grader/rubric.json", files)
+            self.assertIn("grader/assignment1/rubric.json", files)  # every package: Assignment 1's student files
+            self.assertIn(f"grader/assignment{n}/rubric.json", files)
             self.assertEqual([f for f in files if f.startswith("solution/") or "wrong_submissions/" in f], [])
 
     def test_carries_the_sandbox_and_the_hidden_variants_the_student_bundle_lacks(self):
@@ -140,7 +146,7 @@ class GradescopeZip(unittest.TestCase):
 
     def test_each_zip_carries_its_own_rubric_and_hidden_tests_only(self):
         a1 = package.gradescope_files(1)
-        self.assertFalse([f for f in a1 if f.startswith("grader/assignment")])
+        self.assertEqual([f for f in a1 if f.startswith("grader/assignment")], ["grader/assignment1/rubric.json"])
         for n in LATER:
             files = package.gradescope_files(n)
             self.assertIn(f"grader/assignment{n}/rubric.json", files)
@@ -148,7 +154,7 @@ class GradescopeZip(unittest.TestCase):
             hidden = {f.split("/")[2] for f in files if f.startswith("grader/hidden_tests/")}
             self.assertLessEqual(hidden, mine)
             self.assertFalse([f for f in files if f.startswith("grader/assignment") and
-                              not f.startswith(f"grader/assignment{n}/")])
+                              not f.startswith(f"grader/assignment{n}/") and f != package.SHARED_RUBRIC])
 
     def test_scripts_pass_the_assignment(self):
         for n in package.assignments():

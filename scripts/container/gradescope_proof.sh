@@ -79,7 +79,7 @@ python3 - "$REPO" "$N" "$DIR/autograder/submission" <<'PY'
 import json, shutil, sys
 from pathlib import Path
 repo, n, out = Path(sys.argv[1]), int(sys.argv[2]), Path(sys.argv[3])
-rubric = repo / ("grader/rubric.json" if n == 1 else f"grader/assignment{n}/rubric.json")
+rubric = repo / f"grader/assignment{n}/rubric.json"
 for f in json.loads(rubric.read_text())["student_files"]:
     src = repo / "solution" / f
     (out / f).parent.mkdir(parents=True, exist_ok=True)
