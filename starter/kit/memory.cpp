@@ -3,9 +3,12 @@
 
 #include <c10/core/Allocator.h>
 #include <c10/core/CPUAllocator.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstring>
+#include <fstream>
 #include <mutex>
 #include <unordered_map>
 
@@ -97,5 +100,18 @@ bool cpu_counting_enabled() { return g_enabled; }
 int64_t cpu_bytes_now() { return g_now.load(); }
 int64_t cpu_bytes_peak() { return g_peak.load(); }
 void reset_cpu_peak() { g_peak.store(g_now.load()); }
+
+int64_t rss_bytes() {
+  std::ifstream f("/proc/self/statm");
+  int64_t size = 0, resident = 0;
+  f >> size >> resident;
+  return resident * static_cast<int64_t>(::sysconf(_SC_PAGESIZE));
+}
+
+int64_t peak_rss_bytes() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<int64_t>(u.ru_maxrss) * 1024;  // Linux reports KiB
+}
 
 }  // namespace kit::memory

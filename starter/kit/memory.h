@@ -20,4 +20,8 @@ int64_t cpu_bytes_now();   // bytes held right now (0 before enable_cpu_counting
 int64_t cpu_bytes_peak();  // the most held at once since the last reset_cpu_peak()
 void reset_cpu_peak();     // peak := now
 
+// The whole process, from the operating system (LibTorch's code, caches, stacks too):
+int64_t rss_bytes();       // the resident set now (/proc/self/statm)
+int64_t peak_rss_bytes();  // the most resident at once so far (getrusage's ru_maxrss)
+
 }  // namespace kit::memory

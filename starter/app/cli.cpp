@@ -1,4 +1,4 @@
-#include "project/cli.h"
+#include "app/cli.h"
 
 #include <cstdlib>
 #include <filesystem>
@@ -10,10 +10,28 @@
 
 namespace kit {
 
-void add_run_options(CLI::App& app, RunOptions& o) {
+std::string preset_list() {
   std::string presets;
   for (const auto& n : gpt2_preset_names()) presets += (presets.empty() ? "" : ", ") + n;
-  app.add_option("--preset,--model", o.preset, "Model preset: " + presets)->capture_default_str();
+  return presets;
+}
+
+void add_preset_option(CLI::App& app, RunOptions& o) {
+  app.add_option("--preset,--model", o.preset, "Model preset: " + preset_list())->capture_default_str();
+}
+
+void add_step_options(CLI::App& app, int64_t& steps, int64_t& warmup, const std::string& steps_help) {
+  app.add_option("--steps", steps, steps_help)->capture_default_str();
+  app.add_option("--warmup", warmup, "The first W of the --steps batches are not timed (default 1; 0 when "
+                                     "--steps is 1)");
+}
+
+void add_no_progress_option(CLI::App& app, RunOptions& o) {
+  app.add_flag("!--no-progress", o.train.progress, "Do not print the loss of every step");
+}
+
+void add_run_options(CLI::App& app, RunOptions& o) {
+  add_preset_option(app, o);
   app.add_option("--dropout", o.dropout, "Dropout probability (default: the preset's, 0.1)");
   app.add_option("--data-dir,--dataset", o.data.dir,
                  "Corpus directory with train/valid/test.tsv (the toy corpus is generated there if absent)")
@@ -93,6 +111,17 @@ int serve_and_start_ranks(int world_size, int port, const std::string& what, con
   for (auto& p : procs) p.start();
   join_all(procs);  // a failed rank stops the others and is named
   return 0;
+}
+
+int run_ranks(int world_size_flag, int world_size, int port, const std::string& what,
+              const std::function<void()>& check, const std::function<int(const WorldInfo& world)>& rank_main) {
+  return launcher_or_worker(
+      world_size_flag,
+      [&] {
+        if (check) check();
+        return serve_and_start_ranks(world_size, port, what, [&] { return rank_main(WorldInfo{}); });
+      },
+      rank_main);
 }
 
 int guarded_main(int argc, char** argv, CLI::App& app, const std::function<int()>& body) {

@@ -1,0 +1,118 @@
+// The timed run of synthetic steps that the programs of Assignments 2 and 3 share
+// (run_zero, run_tensor_parallel, run_pipeline_training, run_terapipe, run_3d): the
+// batches, the warm-up, the step timer and the metrics every one of them reports. Each
+// program keeps its own step; this is what goes around it:
+//
+//   const int64_t warmup = kit::warmup_of(o.warmup, o.steps);
+//   const auto batches = kit::synthetic_batches(o.steps, B, T, o.vocab, o.run.train.seed);
+//   kit::StepTimer timer(o.steps, warmup);
+//   for (int64_t k = 0; k < o.steps; ++k) {
+//     timer.start(k);
+//     ... the step ...
+//     timer.stop();
+//   }
+//   timer.finish();
+//   nlohmann::json m = kit::run_metrics("run_x", o.run, o.backend, world, timer, B * T);
+//   m["losses"] = losses;  // and the program's own fields
+//
+// tokens/s, as in train/loop.h: the tokens of the timed steps over their wall time.
+#pragma once
+#include <torch/optim/adamw.h>
+#include <torch/types.h>
+
+#include <chrono>
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "app/cli.h"
+#include "kit/trace.h"
+
+namespace kit {
+
+// One synthetic batch: idx and labels (B, T) int64, mask (B, T) float ones.
+struct TokenBatch {
+  torch::Tensor idx, labels, mask;
+};
+
+// `steps` synthetic batches: torch::manual_seed(seed + 1000 + stream), then per step
+// tokens = torch::randint(vocab, {batch_size, seq_len + 1}) (int64), idx = tokens[:, :-1]
+// and labels = tokens[:, 1:] (both contiguous), mask all ones. stream: 0 for the batches
+// every rank shares, the rank for a rank's own rows (run_zero). On the CPU.
+std::vector<TokenBatch> synthetic_batches(int64_t steps, int64_t batch_size, int64_t seq_len, int64_t vocab,
+                                          uint64_t seed, uint64_t stream = 0);
+
+// --warmup's value: the flag when >= 0, else (-1, its default) 1, or 0 when there is a
+// single step.
+int64_t warmup_of(int64_t warmup_flag, int64_t steps);
+
+// kit::Error unless --steps >= 1 ("--steps must be at least 1 (got S)") and -1 <= --warmup <
+// --steps ("--warmup W must be at least 0 and below --steps S: at least one batch must be timed").
+void check_steps(int64_t steps, int64_t warmup_flag);
+
+// The seconds of every step, and the wall clock of the timed ones (from the start of step
+// `warmup` to finish()).
+class StepTimer {
+ public:
+  StepTimer(int64_t steps, int64_t warmup);
+  // At the start of step k: its clock starts; at k == warmup the timed wall clock starts too.
+  void start(int64_t k);
+  // At the end of the step: records its seconds since start() and returns them.
+  double stop();
+  // Records a step's seconds measured elsewhere (instead of stop(); run_3d: the trainer's).
+  void record(double seconds);
+  // After the last step: the timed wall clock stops.
+  void finish();
+
+  int64_t steps() const { return steps_; }
+  int64_t warmup() const { return warmup_; }
+  int64_t timed_steps() const { return steps_ - warmup_; }
+  bool timed(int64_t k) const { return k >= warmup_; }
+  const std::vector<double>& step_seconds() const { return seconds_; }
+  std::vector<double> timed_step_seconds() const;  // those after the warm-up
+  double training_time() const { return wall_; }   // the timed wall clock (after finish())
+  // timed_steps() x tokens_per_step / training_time() (0 when no time passed).
+  double tokens_per_sec(int64_t tokens_per_step) const;
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  int64_t steps_, warmup_;
+  Clock::time_point timed_start_, step_start_;
+  std::vector<double> seconds_;
+  double wall_ = 0;
+};
+
+// The progress line of one step: "step <k>  loss <loss>  <seconds> s".
+void print_step(int64_t k, double loss, double seconds);
+
+// v without its first `warmup` values (the timed steps' part of a per-step series).
+std::vector<double> after_warmup(const std::vector<double>& v, int64_t warmup);
+
+// The median (the mean of the two middle values for an even count; 0 for none).
+double median(std::vector<double> v);
+
+// The metrics every timed run reports: program, preset, world_size, rank, backend, launcher
+// (world.launcher_name()), batch_size (run.train.batch_size), seq_len, steps, warmup, lr,
+// threads, step_seconds, timed_step_seconds, training_time, tokens_per_sec (timer's, with
+// tokens_per_step). The program adds its own fields; one that names a field otherwise
+// erases it (run_zero: batch_size_per_rank instead of batch_size).
+nlohmann::json run_metrics(const std::string& program, const RunOptions& run, const std::string& backend,
+                           const WorldInfo& world, const StepTimer& timer, int64_t tokens_per_step);
+
+// The bytes of the AdamW state tensors `optimizer` holds (exp_avg, exp_avg_sq, and
+// max_exp_avg_sq with amsgrad): after the first step, its optimizer state.
+int64_t adamw_state_bytes(torch::optim::AdamW& optimizer);
+
+// --trace before any process starts: kit::Error when the directory of a rank's file
+// (rank_path(pattern, r, world_size)) does not exist.
+void check_trace_paths(const std::string& pattern, int world_size);
+
+// This rank's timed steps as a Chrome trace (kit/trace.h) at rank_path(pattern, rank,
+// world_size): one track (tid = rank) named `track`, and otherData `other` plus "world",
+// "rank" and "clock" (the steady clock the processes of one machine share), so the ranks'
+// files merge by concatenating their traceEvents.
+void write_rank_trace(const std::string& pattern, int rank, int world_size, const std::string& track,
+                      std::vector<trace::Event> events, nlohmann::json other);
+
+}  // namespace kit
