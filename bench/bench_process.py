@@ -1,5 +1,5 @@
-"""Running the kit's programs from the benchmark scripts (pipeline_schedules.py,
-tensor_parallel.py): one command at a time, echoed, timed, and a clear exit when it fails."""
+"""Running the kit's programs from the benchmark scripts: one command at a time, echoed,
+timed, and a clear exit when it fails."""
 import json
 import os
 import shlex
@@ -50,8 +50,9 @@ def command_line(argv):
     return shlex.join([sys.argv[0]] + (argv if argv is not None else sys.argv[1:]))
 
 
-def draw_figures(args, flag, targets):
-    """build/plot_figures FLAG OUT --out OUT/figures, unless --no-figures."""
+def run_plot_figures(args, flag, targets):
+    """build/plot_figures FLAG OUT --out OUT/figures, unless --no-figures (terapipe.py: its
+    timeline is drawn by the kit's C++ timeline code)."""
     if not args.no_figures:
         out = run([os.path.join(args.build, "plot_figures"), flag, args.out, "--out", os.path.join(args.out, "figures")],
                   args.timeout, targets)

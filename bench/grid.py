@@ -15,8 +15,9 @@ same synthetic batches, --warmup untimed steps then --steps timed ones. Dropout 
 equal the reference's up to float rounding: the check loss_matches_reference reports the
 largest relative difference over all steps and grids (PASS within 1e-4).
 
-Writes OUT/summary.json, OUT/summary.md (one table, also printed) and, with
-build/plot_figures --grid-runs OUT (unless --no-figures), OUT/figures/grid_sweep.png.
+Writes OUT/summary.json, OUT/summary.md (one table, also printed) and, with gnuplot (unless
+--no-figures; --redraw: only draw it again from OUT/summary.json, --figures DIR: into DIR),
+OUT/figures/grid_sweep.png.
 summary.json, the input of a planner that predicts these numbers:
   settings   preset(s), world_size, global batch_size, chunks (m per replica), seq_len,
              vocab_size, steps (timed), warmup, schedule, threads, dropout, command
@@ -47,9 +48,11 @@ import json
 import os
 import sys
 
-from bench_process import checks_lines, command_line, draw_figures, rel_diff, run, write_summary
+from bench_process import checks_lines, command_line, rel_diff, run, write_summary
+from gnuplot_png import (BAR_STYLE, Summary, bar_panel, draw_figures, figure_options, inline, quote, render_png,
+                         stacked, tics)
 
-TARGETS = "run_3d plot_figures"  # what the runs need built
+TARGETS = "run_3d"  # what the runs need built
 KINDS = ["data", "tensor", "pipeline", "embedding"]
 LOSS_RTOL = 1e-4
 MIB = 2**20
@@ -57,7 +60,7 @@ MIB = 2**20
 
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--build", default="build", help="directory holding run_3d and plot_figures")
+    ap.add_argument("--build", default="build", help="directory holding run_3d")
     ap.add_argument("--presets", "--preset", nargs="+", default=["cpu-small"], dest="presets")
     ap.add_argument("--world-size", type=int, default=4, help="W: every d x p x t = W is run")
     ap.add_argument("--grids", default="", help='instead: these grids, e.g. "2,1,1 1,2,1 1,1,2" (d,p,t each)')
@@ -72,7 +75,7 @@ def parse_args(argv=None):
     ap.add_argument("--threads", type=int, default=1, help="intra-op threads per process")
     ap.add_argument("--timeout", type=float, default=600, help="seconds allowed per run")
     ap.add_argument("--out", default="runs/grid")
-    ap.add_argument("--no-figures", action="store_true", help="do not run plot_figures")
+    figure_options(ap)
     return ap.parse_args(argv)
 
 
@@ -195,8 +198,61 @@ def markdown(s):
     return "\n".join(out)
 
 
+# ---- the figure ---------------------------------------------------------------------------------
+
+GRID_COLOUR, REFERENCE_COLOUR = "#4C72B0", "#999999"
+# The kinds of communication, bottom to top of a stacked bar: (title, colour), in KINDS' order.
+KIND_STYLES = [("data (gradient all-reduce)", "#4C72B0"), ("tensor (the blocks' all-reduces)", "#DD8452"),
+               ("pipeline (P2P receives, bubble included)", "#55A868"), ("embedding (tied wte gradient)", "#8172B3")]
+
+
+def draw(runs_dir, figures_dir):
+    """grid_sweep.png from runs_dir/summary.json: per preset, tokens/s of every grid, then its
+    communication seconds per step stacked by kind with the step time marked."""
+    s = Summary("bench/grid.py", runs_dir)
+    presets = {}  # preset: [(label, reference, tokens/s, step s, [comm s per kind])], in the records' order
+    for where, r in s.records("records"):
+        comm = s.field(r, "comm_s_per_step", where)
+        presets.setdefault(s.field(r, "preset", where, "text"), []).append(
+            (s.field(r, "label", where, "text"), s.field(r, "reference", where, "boolean"),
+             s.field(r, "tokens_per_s", where, "number"), s.field(r, "step_time_s", where, "number"),
+             [s.field(comm, k, where + ".comm_s_per_step", "number") for k in KINDS]))
+    p = s.path
+    st, m = s.field(s.data, "settings", p), s.field(s.data, "machine", p)
+    n = {k: round(s.field(st, k, p, "number")) for k in ("world_size", "chunks", "batch_size", "seq_len", "threads")}
+    setup = (f"Every (d, p, t) factorisation of W = {n['world_size']} ranks (data, pipeline, tensor), "
+             f"{s.field(st, 'schedule', p, 'text')}, {n['chunks']} micro-batches per replica\nglobal batch "
+             f"{n['batch_size']} x {n['seq_len']} tokens, {n['threads']} thread(s) per process, "
+             f"{round(s.field(m, 'cores', p, 'number'))} cores" +
+             (" (oversubscribed: ranks share cores)" if s.field(m, "oversubscribed", p, "boolean") else ""))
+    heading = "3D grid sweep\n" + setup
+    script = (f"set multiplot layout {2 * len(presets)},1 title {quote(heading)}\n" +
+              BAR_STYLE + "set boxwidth 0.7\nset key below horizontal\nset tmargin 4\n")
+    for preset, bars in presets.items():
+        places, xrange = list(enumerate(b[0] for b in bars)), (-0.7, len(bars) - 0.3)
+        script += bar_panel(f"{preset}: throughput (the global batch's tokens per second)", "tokens per second",
+                            [(i, b[2], REFERENCE_COLOUR if b[1] else GRID_COLOUR) for i, b in enumerate(bars)],
+                            xrange, places, "%.0f",
+                            [(GRID_COLOUR, "a grid of W ranks"), (REFERENCE_COLOUR, "one process (the reference)")])
+        rows = [(i, *(sum(b[4][:k + 1]) for k in range(4)), b[3]) for i, b in enumerate(bars)]
+        top = max(max(row[4:]) for row in rows)
+        title = (f"{preset}: communication seconds per step, by kind\n(each kind: the largest over the ranks; "
+                 "diamond: the step time, the slowest rank's)")
+        script += (f"set title {quote(title)}\n"
+                   f'set ylabel "seconds per step"\nset yrange [0:{1.15 * top if top > 0 else 1.0!r}]\nunset label\n'
+                   f"set xrange [{xrange[0]!r}:{xrange[1]!r}]\n" + tics("x", places) +
+                   stacked([(k + 2, colour, kind) for k, (kind, colour) in enumerate(KIND_STYLES)],
+                           "'-' using 1:6 with points pt 13 ps 2 lc rgb \"#000000\" title \"step time\"") +
+                   inline(rows) * 5)
+    out = os.path.join(figures_dir, "grid_sweep.png")
+    widest = max(len(bars) for bars in presets.values())
+    return [render_png(out, max(1400, 150 * widest + 200), 80 + 2 * 470 * len(presets), script + "unset multiplot\n")]
+
+
 def main(argv=None):
     args = parse_args(argv)
+    if args.redraw:
+        return draw_figures(args, draw)
     if args.world_size < 1:
         sys.exit("error: --world-size must be at least 1")
     grids = parse_grids(args.grids, args.world_size) if args.grids else factorisations(args.world_size)
@@ -218,7 +274,7 @@ def main(argv=None):
                "records": records}
     summary["checks"] = checks(records)
     write_summary(args.out, summary, markdown)
-    draw_figures(args, "--grid-runs", TARGETS)
+    draw_figures(args, draw)
 
 
 if __name__ == "__main__":

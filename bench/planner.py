@@ -40,10 +40,10 @@ with its measured step time) and
      (OUT/clusters/<name>.json), and a 2.7B GPT (32 layers, 2560 wide, 32 heads, 2048
      tokens) on a100_4x8 (OUT/clusters/a100_4x8_2.7b.json).
 
-Writes OUT/summary.json, OUT/summary.md (also printed) and, with build/plot_figures
---planner-runs OUT (unless --no-figures), OUT/figures/planner_accuracy.png (predicted
-against measured, one point per grid, the y = x line) and planner_clusters.png (the best
-strategies of each example cluster). summary.json:
+Writes OUT/summary.json, OUT/summary.md (also printed) and, with gnuplot (unless --no-figures;
+--redraw: only draw them again from OUT/summary.json, --figures DIR: into DIR),
+OUT/figures/planner_accuracy.png (predicted against measured, one point per grid, the y = x
+line) and planner_clusters.png (the best strategies of each example cluster). summary.json:
   settings      grid (the sweep's directory), grid_settings (its settings), collective sizes,
                 iters, warmup, command
   machine       cores, memory_bytes, gemm_gflops (one process alone, --threads),
@@ -78,9 +78,10 @@ import re
 import subprocess
 import sys
 
-from bench_process import checks_lines, command_line, draw_figures, last_json_line, run, write_summary
+from bench_process import checks_lines, command_line, last_json_line, run, write_summary
+from gnuplot_png import Summary, draw_figures, figure_options, inline, legend, quote, render_pngs, rgb, tics
 
-TARGETS = "plan bench run_collectives plot_figures"  # what the script needs built
+TARGETS = "plan bench run_collectives"  # what the script needs built
 SPEARMAN_GOAL = 0.9
 TOP = 3
 CLUSTERS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "starter", "planner", "clusters")
@@ -100,7 +101,7 @@ AMP_REFERENCE = {
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--grid", default="runs/grid", help="bench/grid.py's output directory (its summary.json)")
-    ap.add_argument("--build", default="build", help="directory holding plan, bench, run_collectives, plot_figures")
+    ap.add_argument("--build", default="build", help="directory holding plan, bench and run_collectives")
     ap.add_argument("--clusters", default=os.path.relpath(CLUSTERS), help="example cluster JSON files (*.json)")
     ap.add_argument("--min-bytes", default="4K", help="smallest all-reduce timed for the link (run_collectives)")
     ap.add_argument("--max-bytes", default="4M", help="largest all-reduce timed for the link")
@@ -108,7 +109,7 @@ def parse_args(argv=None):
     ap.add_argument("--warmup", type=int, default=3, help="untimed all-reduces per size before them")
     ap.add_argument("--timeout", type=float, default=600, help="seconds allowed per command")
     ap.add_argument("--out", default="runs/planner")
-    ap.add_argument("--no-figures", action="store_true", help="do not run plot_figures")
+    figure_options(ap)
     return ap.parse_args(argv)
 
 
@@ -382,8 +383,113 @@ def markdown(s):
     return "\n".join(out)
 
 
+# ---- the figures ------------------------------------------------------------------------------
+
+GRID_COLOUR, REFERENCE_COLOUR, BEST_COLOUR = "#4C72B0", "#999999", "#C44E52"
+
+
+def ms(seconds):
+    return f"{seconds:.2f} s" if seconds >= 1 else f"{1e3 * seconds:.1f} ms" if seconds < 0.1 else f"{1e3 * seconds:.0f} ms"
+
+
+def accuracy_figure(s):
+    """planner_accuracy.png: predicted against measured step time, one point per record, y = x;
+    (width, height, script)."""
+    points = [(s.field(r, "label", at, "text"), s.field(r, "reference", at, "boolean"),
+               s.field(r, "measured_s", at, "number"), s.field(r, "predicted_s", at, "number"))
+              for at, r in s.records("records")]
+    acc, machine = s.field(s.data, "accuracy", s.path), s.field(s.data, "machine", s.path)
+    at, m_at = s.path + ": accuracy", s.path + ": machine"
+    rho = s.field(acc, "spearman", at, "number or null")
+    heading = (f"The planner against the measured sweep: Spearman {'n/a' if rho is None else format(rho, '.3f')} "
+               f"over {len(points)} runs\nthe measured best ({s.field(acc, 'measured_best', at, 'text')}) predicted "
+               f"#{s.field(acc, 'measured_best_predicted_rank', at, 'integer')}; mean |predicted - measured| / measured "
+               f"{100 * s.field(acc, 'mean_abs_relative_error', at, 'number'):.0f} %\nthis machine: "
+               f"{s.field(machine, 'cores', m_at, 'integer')} cores, "
+               f"GEMM {s.field(machine, 'gemm_gflops', m_at, 'number'):.1f} "
+               "GFLOP/s per process; W processes share the cores")
+    top = max(1e3 * max(p[2], p[3]) for p in points)
+    top = 1.15 * top if top > 0 else 1.0
+    best = min(range(len(points)), key=lambda i: points[i][2])
+    script = (f"set title {quote(heading)}\n"
+              'set border 3\nset grid lc rgb "#DDDDDD"\nset xtics nomirror\nset ytics nomirror\n'
+              "set size ratio -1\nset key top left\n"
+              'set xlabel "measured step time (ms): the sweep\'s, the slowest rank\'s mean"\n'
+              'set ylabel "predicted step time (ms): plan\'s pipeline + data terms"\n'
+              f"set xrange [0:{top!r}]\nset yrange [0:{top!r}]\n")
+    # Labels beside their points, in the order of height alternately below and above, and every
+    # other pair on the left, so points close together push their labels apart.
+    rows = []
+    for k, i in enumerate(sorted(range(len(points)), key=lambda i: points[i][3])):
+        label, reference, measured, predicted = points[i]
+        x, y = 1e3 * measured, 1e3 * predicted
+        side = " right offset -0.8," if (k // 2) % 2 == 1 else " left offset 0.8,"
+        script += f"set label {k + 1} {quote(str(i + 1))} at {x!r},{y!r}{side}{'0.5' if k % 2 else '-0.5'} front\n"
+        rows.append((x, y, rgb(BEST_COLOUR if i == best else REFERENCE_COLOUR if reference else GRID_COLOUR)))
+    # The numbers beside the points, spelled out in the key (close points would hide long labels).
+    keys = [f"{i + 1}: {label}{' (one process)' if reference else ''}, {ms(measured)} measured, "
+            f"{ms(predicted)} predicted"
+            for i, (label, reference, measured, predicted) in enumerate(points)]
+    script += ('plot x with lines dt 2 lw 1.5 lc rgb "#555555" title "y = x (predicted = measured)", '
+               "'-' using 1:2:3 with points pt 7 ps 2 lc rgb variable notitle" +
+               legend("points pt 7 ps 2", [(GRID_COLOUR, "a grid of W ranks"),
+                                           (REFERENCE_COLOUR, "one process (1,1,1)"),
+                                           (BEST_COLOUR, "the measured best")]) +
+               "".join(f", NaN with points pt -1 title {quote(k)}" for k in keys) + "\n" + inline(rows))
+    return 1100, 980, script
+
+
+def clusters_figure(s):
+    """planner_clusters.png: each example cluster's best strategies as bars of predicted step
+    time, the pipeline term then the data-parallel all-reduce; (width, height, script)."""
+    panels = []
+    for at, c in s.records("clusters"):
+        title = (f"{s.field(c, 'name', at, 'text')}: {s.field(c, 'cluster', at, 'text')}\n"
+                 f"{s.field(c, 'model', at, 'text')}, "
+                 f"batch {s.field(c, 'batch', at, 'integer')} x {s.field(c, 'seq_len', at, 'integer')} tokens")
+        bars = [(s.field(x, "label", f"{at}.strategies[{k}]", "text"),
+                 *(s.field(x, key, f"{at}.strategies[{k}]", "number") for key in ("pipeline_s", "data_s", "total_s")))
+                for k, x in enumerate(s.field(c, "strategies", at, "list"))]
+        panels.append((title, bars))
+    cols = min(len(panels), 2)
+    rows = (len(panels) + cols - 1) // cols
+    script = ("set multiplot layout " + f"{rows},{cols} title " +
+              quote("The planner's best strategies for the example clusters (starter/planner/clusters/), fastest on "
+                    "top\nbar: the predicted step time, the pipeline term and the data-parallel all-reduce after it") +
+              '\nset border 3\nset grid xtics lc rgb "#DDDDDD"\nset xtics nomirror\n'
+              'set style fill solid 0.85 border rgb "#333333"\nset key below horizontal samplen 2\nset tmargin 4\n'
+              "set lmargin 40\n")
+    for title, bars in panels:
+        n, top = len(bars), max(b[3] for b in bars)
+        unit = 1.0 if top >= 1 else 1e3
+        script += (f"set title {quote(title)}\n"
+                   f'set xlabel "predicted step time ({"s" if top >= 1 else "ms"})"\n'
+                   f"set xrange [0:{1.3 * unit * top if top > 0 else 1.0!r}]\nset yrange [-0.7:{n - 0.3!r}]\n"
+                   "unset label\n" + tics("y", [(n - 1 - i, f"{i + 1}. {b[0]}") for i, b in enumerate(bars)]))
+        pipeline, data = [], []  # x y xlow xhigh ylow yhigh
+        for i, (_, pipeline_s, data_s, total_s) in enumerate(bars):
+            y, x0, x1 = n - 1 - i, unit * pipeline_s, unit * (pipeline_s + data_s)
+            pipeline.append((x0 / 2, y, 0, x0, y - 0.35, y + 0.35))
+            data.append(((x0 + x1) / 2, y, x0, x1, y - 0.35, y + 0.35))
+            script += f"set label {i + 1} {quote(ms(total_s))} at {unit * total_s!r},{y!r} left offset 0.6,0 front\n"
+        script += ("plot '-' using 1:2:3:4:5:6 with boxxyerror fc rgb \"#4C72B0\" title \"pipeline ((m - 1) max T "
+                   "+ sum T)\", '-' using 1:2:3:4:5:6 with boxxyerror fc rgb \"#DD8452\" title \"data-parallel "
+                   "all-reduce\"\n" + inline(pipeline) + inline(data))
+    tallest = max(len(bars) for _, bars in panels)
+    return 1000 * cols, 110 + rows * (200 + 45 * tallest), script + "unset multiplot\n"
+
+
+def draw(runs_dir, figures_dir):
+    """planner_accuracy.png and planner_clusters.png from runs_dir/summary.json, both read before either is drawn."""
+    s = Summary("bench/planner.py", runs_dir)
+    return render_pngs(figures_dir, [("planner_accuracy.png", accuracy_figure(s)),
+                                     ("planner_clusters.png", clusters_figure(s))])
+
+
 def main(argv=None):
     args = parse_args(argv)
+    if args.redraw:
+        return draw_figures(args, draw)
     if args.iters < 1 or args.warmup < 1:
         sys.exit("error: --iters and --warmup must be at least 1")
     grid = read_grid(args.grid)
@@ -417,7 +523,7 @@ def main(argv=None):
                "clusters": example_clusters(args)}
     summary["checks"] = checks(acc)
     write_summary(args.out, summary, markdown)
-    draw_figures(args, "--planner-runs", TARGETS)
+    draw_figures(args, draw)
 
 
 if __name__ == "__main__":

@@ -23,8 +23,9 @@ and reports per run
     DP computed: every gradient once, i.e. the model's parameter bytes;
   - parameter and optimizer-state bytes per rank, and the blocks' share per rank against 1/t
     (the goal: within 1 %).
-Writes OUT/summary.json (read by `plot_figures --tp-runs OUT`) and OUT/summary.md and
-prints the tables. Python 3 standard library only.
+Writes OUT/summary.json and OUT/summary.md, prints the tables, and draws
+OUT/figures/tp_throughput_communication.png with gnuplot (--no-figures: skip; --redraw: only
+draw it again from OUT/summary.json, --figures DIR: into DIR). Python 3 standard library only.
 """
 import argparse
 import json
@@ -32,8 +33,11 @@ import os
 import sys
 
 from bench_process import command_line, last_json_line, run, write_summary
+from gnuplot_png import BAR_STYLE, Summary, bar_panel, draw_figures, figure_options, quote, render_png
 
-TARGETS = "run_tensor_parallel bench plot_figures"  # what the runs need built
+TARGETS = "run_tensor_parallel bench"  # what the runs need built
+FIGURE = "tp_throughput_communication.png"
+RUN_COLOURS = ["#4C72B0", "#DD8452", "#55A868"]  # one per kind of run, the same in both panels and every preset
 
 T = 2  # the tensor-parallel size and the data-parallel ranks compared
 
@@ -51,9 +55,8 @@ def parse_args(argv=None):
     ap.add_argument("--warmup", type=int, default=2, help="steps before them, not timed")
     ap.add_argument("--timeout", type=float, default=900, help="seconds allowed per run")
     ap.add_argument("--out", default="runs/tensor_parallel")
+    figure_options(ap)
     return ap.parse_args(argv)
-
-
 
 
 def tp_run(args, preset, t):
@@ -148,8 +151,41 @@ def markdown(s):
     return "\n".join(out)
 
 
+def draw(runs_dir, figures_dir):
+    """FIGURE from runs_dir/summary.json: tokens/s and communication per step, one bar per run,
+    grouped by preset."""
+    s = Summary("bench/tensor_parallel.py", runs_dir)
+    p = s.path
+    st = s.field(s.data, "settings", p)
+    setup = (f"global batch {s.field(st, 'batch_size', p, 'integer')} x {s.field(st, 'seq_len', p, 'integer')} "
+             f"tokens, {s.field(st, 'threads', p, 'integer')} thread(s) per process, "
+             f"{s.field(st, 'cores', p, 'integer')} cores")
+    tokens, comm, places, keys = [], [], [], {}
+    for i, (where, preset) in enumerate(s.records("presets")):
+        for k, r in enumerate(s.field(preset, "runs", where, "list")):
+            r_where, colour = f"{where}.runs[{k}]", RUN_COLOURS[k % 3]
+            keys[colour] = s.field(r, "label", r_where, "text")
+            tokens.append((4 * i + k, s.field(r, "tokens_per_s", r_where, "number"), colour))
+            comm.append((4 * i + k, s.field(r, "comm_s_per_step", r_where, "number"), colour))
+        places.append((4 * i + 1, s.field(preset, "preset", where, "text")))
+    keys = [(c, keys.get(c, "")) for c in RUN_COLOURS]
+    xrange = (-0.8, 4 * len(places) - 1.2)
+    out = os.path.join(figures_dir, FIGURE)
+    render_png(out, 1400, 620,
+               "set multiplot layout 1,2 title " +
+               quote("Tensor parallelism (t = 2) against one process and data parallelism (2 ranks)\n" + setup) +
+               "\n" + BAR_STYLE + "set boxwidth 0.8\nset key below horizontal\nset tmargin 5\n" +
+               bar_panel("Throughput", "tokens per second", tokens, xrange, places, "%.0f", keys) +
+               bar_panel("Communication per step\n(TP: time blocked in the group's all-reduces; DP: in "
+                         "average_gradients)", "seconds per step", comm, xrange, places, "%.3f", keys) +
+               "unset multiplot\n")
+    return [out]
+
+
 def main(argv=None):
     args = parse_args(argv)
+    if args.redraw:
+        return draw_figures(args, draw)
     os.makedirs(args.out, exist_ok=True)
     summary = {"settings": {"batch_size": args.batch_size, "seq_len": args.seq_len, "threads": args.threads,
                             "steps": args.steps, "warmup": args.warmup, "tensor_parallel": T,
@@ -157,6 +193,7 @@ def main(argv=None):
                             "command": command_line(argv)},
                "presets": [measure(args, p) for p in args.presets]}
     write_summary(args.out, summary, markdown)
+    draw_figures(args, draw)
 
 
 if __name__ == "__main__":

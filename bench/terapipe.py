@@ -49,7 +49,7 @@ import os
 import statistics
 import sys
 
-from bench_process import checks_lines, command_line, draw_figures, last_json_line, rel_diff, run, write_summary
+from bench_process import checks_lines, command_line, last_json_line, rel_diff, run, run_plot_figures, write_summary
 
 TARGETS = "run_terapipe plot_figures"
 PREDICTION_GOAL = 0.10
@@ -272,7 +272,7 @@ def main(argv=None):
                "lengths": lengths, "records": records}
     summary["checks"] = checks(records, args.seq_lens)
     write_summary(args.out, summary, markdown)
-    draw_figures(args, "--terapipe-runs", TARGETS)
+    run_plot_figures(args, "--terapipe-runs", TARGETS)
 
 
 if __name__ == "__main__":

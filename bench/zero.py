@@ -25,7 +25,8 @@ then build/run_collectives (ring all-reduce against the dist layer's built-in on
     plain AdamW's (and the same for ZeRO-2, reported too).
 Each says PASS or MISS (NOT MEASURED when the run did not cover it). Writes OUT/summary.json
 and OUT/summary.md, prints the tables, and draws OUT/figures/zero_memory.png and
-ring_bandwidth.png with build/plot_figures --zero-runs OUT (--no-figures: skip).
+ring_bandwidth.png with gnuplot (--no-figures: skip; --redraw: only draw them again from
+OUT/summary.json, --figures DIR: into DIR).
 Python 3 standard library only.
 """
 import argparse
@@ -33,16 +34,17 @@ import json
 import os
 import sys
 
-from bench_process import command_line, draw_figures, run, write_summary
+from bench_process import command_line, run, write_summary
+from gnuplot_png import BAR_STYLE, Summary, draw_figures, figure_options, inline, quote, render_pngs, stacked, tics
 
-TARGETS = "run_zero run_collectives plot_figures"  # what the runs need built
+TARGETS = "run_zero run_collectives"  # what the runs need built
 OPTIMIZERS = [("adamw", "DP"), ("zero1", "ZeRO-1"), ("zero2", "ZeRO-2")]
 MIB = 2**20
 
 
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--build", default="build", help="directory holding run_zero, run_collectives, plot_figures")
+    ap.add_argument("--build", default="build", help="directory holding run_zero and run_collectives")
     ap.add_argument("--presets", nargs="+", default=["cpu-base", "gpt2"])
     ap.add_argument("--world-size", type=int, default=2, help="data-parallel ranks n")
     ap.add_argument("--batch-size", type=int, default=8, help="rows per rank (presets other than gpt2)")
@@ -62,7 +64,7 @@ def parse_args(argv=None):
     ap.add_argument("--backend", default="gloo", choices=["gloo", "nccl"])
     ap.add_argument("--timeout", type=float, default=1200, help="seconds allowed per run")
     ap.add_argument("--out", default="runs/zero")
-    ap.add_argument("--no-figures", action="store_true", help="do not run plot_figures")
+    figure_options(ap)
     return ap.parse_args(argv)
 
 
@@ -208,8 +210,104 @@ def markdown(s):
     return "\n".join(out)
 
 
+# ---- the figures ------------------------------------------------------------------------------
+
+# The parts of a memory bar, bottom to top: (field, title, colour).
+PARTS = [("parameters", "parameters", "#4C72B0"), ("gradients", "gradients (kept between steps)", "#DD8452"),
+         ("optimizer_state", "optimizer state", "#55A868"), ("activations", "activations (held after forward)", "#C44E52")]
+
+
+def human_bytes(b):
+    return f"{b / MIB:.0f}M" if b >= MIB else f"{b / 1024:.0f}K" if b >= 1024 else f"{b:.0f}"
+
+
+def human_count(n):
+    """A parameter count: 31.6K, 5.03M, 124.4M (powers of 1000)."""
+    return f"{n / 1e6:.1f}M" if n >= 1e6 else f"{n / 1e3:.1f}K" if n >= 1e3 else f"{n:.0f}"
+
+
+def memory_figure(s):
+    """zero_memory.png: stacked bars per rank and run, one panel per preset; (width, height, script)."""
+    p = s.path
+    presets = s.records("presets")
+    w = round(s.field(s.field(s.data, "settings", p), "world_size", p, "number"))
+    script = ("set multiplot layout 1," + str(len(presets)) + " title " +
+              quote(f"Memory per rank: plain data parallelism (DP, AdamW) against ZeRO-1 and ZeRO-2, {w} ranks, fp32\n"
+                    "bars: bytes counted from the tensors; diamond: the ZeRO paper's formula for parameters + "
+                    "gradients + optimizer state;\nunder each bar: the process's peak RSS in MiB or GiB (LibTorch "
+                    "itself, the model built from the seed, everything)") + "\n" + BAR_STYLE +
+              "set boxwidth 0.75\nset key below horizontal maxrows 3\nset tmargin 7\nset bmargin 11\n"
+              'set ylabel "MiB per rank"\n')
+    for i, (where, preset) in enumerate(presets):
+        rows, places = [], []
+        runs = s.field(preset, "runs", where, "list")
+        for k, r in enumerate(runs):
+            at = f"{where}.runs[{k}]"
+            label = s.field(r, "label", at, "text")
+            formula = s.field(s.field(r, "formula_bytes", at), "total", at + ".formula_bytes", "number") / MIB
+            for rank, m in enumerate(s.field(r, "memory_per_rank", at, "list")):
+                m_at = f"{at}.memory_per_rank[{rank}]"
+                cum, top = [], 0
+                for part, _, _ in PARTS:
+                    top += s.field(m, part, m_at, "number") / MIB
+                    cum.append(top)
+                rss = s.field(m, "peak_rss", m_at, "number") / MIB
+                rss = f"RSS {rss / 1024:.1f}G" if rss >= 1024 else f"RSS {rss:.0f}M"
+                x = k * (w + 1) + rank
+                rows.append((x, *cum, formula))
+                places.append((x, f"{label}\nrank {rank}\n{rss}"))
+        top = max(max(row[1:]) for row in rows)
+        count = human_count(s.field(preset, "parameter_count", where, "number"))
+        script += ("set key below horizontal maxrows 3\n" if i == len(presets) - 1 else "unset key\n")  # one key
+        script += (f"set title {quote(s.field(preset, 'preset', where, 'text') + f' (P = {count} parameters)')}\n"
+                   f"set yrange [0:{1.15 * top if top > 0 else 1.0!r}]\n"
+                   f"set xrange [-0.8:{len(runs) * (w + 1) - 1.2!r}]\n" +
+                   tics("x", places) +
+                   stacked([(c + 2, colour, title) for c, (_, title, colour) in enumerate(PARTS)],
+                           "'-' using 1:6 with points pt 13 ps 2.2 lc rgb \"#000000\" title \"formula: 4P + 4P + 8P "
+                           "(DP), 4P + 4P + 8P/n (ZeRO-1), 4P + 12P/n (ZeRO-2)\"") + inline(rows) * 5)
+    return max(1150, 650 * len(presets) + 200), 680, script + "unset multiplot\n"
+
+
+def bandwidth_figure(s):
+    """ring_bandwidth.png: busbw against the size, the ring and the built-in all-reduce; (width, height, script)."""
+    c = s.field(s.data, "collectives", s.path)
+    at = s.path + ": collectives"
+    rows, ratio64 = [], None
+    for i, r in enumerate(s.field(c, "sizes", at, "list")):
+        r_at = f"{at}.sizes[{i}]"
+        b = s.field(r, "bytes", r_at, "number")
+        rows.append((b, s.field(r, "ring_busbw_GBps", r_at, "number"),
+                     s.field(r, "builtin_busbw_GBps", r_at, "number")))
+        if b == 64 * MIB:
+            ratio64 = s.field(r, "ratio_ring_to_builtin", r_at, "number")
+    title = (f"All-reduce bus bandwidth, {round(s.field(c, 'world_size', at, 'number'))} ranks "
+             f"({s.field(c, 'backend', at, 'text')}), float32\nbusbw = 2(n-1)/n x bytes / time")
+    if ratio64 is not None and ratio64 > 0:
+        title += f"; at 64M the ring takes {ratio64:.2f} x the built-in's time (goal <= 1.5)"
+    return 1000, 620, (f"set title {quote(title)}\n"
+                       'set logscale x 2\nset logscale y 10\nset border 3\nset grid lc rgb "#DDDDDD"\n'
+                       'set ytics nomirror\n'
+                       'set xlabel "tensor size (bytes)"\nset ylabel "bus bandwidth (GB/s, log scale)"\n'
+                       "set key bottom right box opaque\n"
+                       f"set xrange [{rows[0][0] / 1.5!r}:{rows[-1][0] * 1.5!r}]\n" +
+                       tics("x", [(r[0], human_bytes(r[0])) for r in rows], "nomirror out") +
+                       "plot '-' using 1:2 with linespoints pt 7 lw 2 lc rgb \"#4C72B0\" title \"ring all-reduce "
+                       "(send/recv, Problem 5.1)\", '-' using 1:3 with linespoints pt 5 lw 2 lc rgb \"#DD8452\" "
+                       "title \"built-in all-reduce (dist::all_reduce)\"\n" + inline(rows) * 2)
+
+
+def draw(runs_dir, figures_dir):
+    """zero_memory.png and ring_bandwidth.png from runs_dir/summary.json, both read before either is drawn."""
+    s = Summary("bench/zero.py", runs_dir)
+    return render_pngs(figures_dir, [("zero_memory.png", memory_figure(s)),
+                                     ("ring_bandwidth.png", bandwidth_figure(s))])
+
+
 def main(argv=None):
     args = parse_args(argv)
+    if args.redraw:
+        return draw_figures(args, draw)
     if args.world_size < 2:
         sys.exit("error: --world-size must be at least 2 (ZeRO shards across ranks; one rank has nothing to compare)")
     os.makedirs(args.out, exist_ok=True)
@@ -220,7 +318,7 @@ def main(argv=None):
                "collectives": collectives(args)}
     summary["checks"] = checks(summary, args.world_size)
     write_summary(args.out, summary, markdown)
-    draw_figures(args, "--zero-runs", TARGETS)
+    draw_figures(args, draw)
 
 
 if __name__ == "__main__":
