@@ -1,32 +1,25 @@
 // plot_figures: the benchmark figures of Problems 1.3 and 2.3, the loss curves, the
-// clock-cycle schedule picture, and a summary table and JSON, from the runs' metrics; one
-// later problem's figures from its benchmark's directory (--pipeline-runs, --tp-runs,
-// --zero-runs, --grid-runs, --terapipe-runs, --planner-runs); and the handout's pictures (subcommands
-// `schedule` and `grid`).
+// clock-cycle schedule picture, and a summary table and JSON, from the runs' metrics; the
+// pipeline schedules' and TeraPipe's figures, whose timelines this program draws, from their
+// benchmark's directory (--pipeline-runs, --terapipe-runs); and the handout's pictures
+// (subcommands `schedule` and `grid`). The other benchmarks draw their own figures
+// (bench/tensor_parallel.py, zero.py, grid.py, planner.py with bench/gnuplot_png.py).
 //   ./build/plot_figures                                   # the programs' default --out paths
 //   ./build/plot_figures --dp-single runs/dp_w1 --dp-multi runs/dp_w2 --model-parallel runs/mp.json
 //                        --pipeline runs/pp.json --single runs/train.json --out submit_figures
 //   ./build/plot_figures schedule 4x3 -o handout/figures/schedule_4x3.png
 //   ./build/plot_figures grid 2,2,4 --gpus-per-node 4 -o handout/figures/grid_w16_d2_p2_t4.png   # Problem 6.1
 //   ./build/plot_figures --pipeline-runs runs/pipeline_training --out submit_figures   # Problem 3 only
-//   ./build/plot_figures --tp-runs runs/tensor_parallel --out submit_figures             # Problem 4 only
-//   ./build/plot_figures --zero-runs runs/zero --out submit_figures                      # Problem 5 only
-//   ./build/plot_figures --grid-runs runs/grid --out submit_figures                      # Problem 6's sweep only
 //   ./build/plot_figures --terapipe-runs runs/terapipe --out submit_figures              # Problem 7 only
-//   ./build/plot_figures --planner-runs runs/planner --out submit_figures                # Problem 8 only
 #include <CLI/CLI.hpp>
 #include <iostream>
 
 #include "figures.h"
-#include "grid_figures.h"
 #include "grid_picture.h"
 #include "kit/errors.h"
 #include "make_figures.h"
 #include "pipeline_figures.h"
-#include "planner_figures.h"
 #include "terapipe_figures.h"
-#include "tp_figures.h"
-#include "zero_figures.h"
 
 namespace {
 
@@ -89,27 +82,11 @@ int main(int argc, char** argv) {
   app.add_option("--pipeline-runs", pipeline_runs,
                  "Draw only the pipeline-schedule figures (pp_schedule_timelines.png, pp_schedule_throughput.png) "
                  "from DIR/summary.json of bench/pipeline_schedules.py");
-  std::string tp_runs;
-  app.add_option("--tp-runs", tp_runs,
-                 "Draw only the tensor-parallel figure (tp_throughput_communication.png) from DIR/summary.json of "
-                 "bench/tensor_parallel.py");
-  std::string zero_runs;
-  app.add_option("--zero-runs", zero_runs,
-                 "Draw only the ZeRO figures (zero_memory.png, ring_bandwidth.png) from DIR/summary.json of "
-                 "bench/zero.py");
-  std::string grid_runs;
-  app.add_option("--grid-runs", grid_runs,
-                 "Draw only the 3D grid sweep figure (grid_sweep.png) from DIR/summary.json of bench/grid.py");
   std::string terapipe_runs;
   app.add_option("--terapipe-runs", terapipe_runs,
                  "Draw only the TeraPipe figures (terapipe_slicing.png: measured and predicted time per slicing; "
                  "terapipe_timeline.png: GPipe's and the DP slicing's timelines at the largest L) from DIR/summary.json "
                  "of bench/terapipe.py and the rank files it names");
-  std::string planner_runs;
-  app.add_option("--planner-runs", planner_runs,
-                 "Draw only the planner figures (planner_accuracy.png: predicted against measured step time per "
-                 "grid; planner_clusters.png: the best strategies of each example cluster) from DIR/summary.json of "
-                 "bench/planner.py");
   app.add_option("--gnuplot", o.png.gnuplot, "The gnuplot program to run")->capture_default_str();
 
   std::string schedule_size = "4x3", schedule_out;
@@ -143,27 +120,8 @@ int main(int argc, char** argv) {
         std::cout << "wrote " << f << "\n";
       return 0;
     }
-    if (!tp_runs.empty()) {
-      for (const auto& f : kit::plots::draw_tp_figures(tp_runs, o.out_dir, o.png)) std::cout << "wrote " << f << "\n";
-      return 0;
-    }
-    if (!zero_runs.empty()) {
-      for (const auto& f : kit::plots::draw_zero_figures(zero_runs, o.out_dir, o.png))
-        std::cout << "wrote " << f << "\n";
-      return 0;
-    }
-    if (!grid_runs.empty()) {
-      for (const auto& f : kit::plots::draw_grid_figures(grid_runs, o.out_dir, o.png))
-        std::cout << "wrote " << f << "\n";
-      return 0;
-    }
     if (!terapipe_runs.empty()) {
       for (const auto& f : kit::plots::draw_terapipe_figures(terapipe_runs, o.out_dir, o.png))
-        std::cout << "wrote " << f << "\n";
-      return 0;
-    }
-    if (!planner_runs.empty()) {
-      for (const auto& f : kit::plots::draw_planner_figures(planner_runs, o.out_dir, o.png))
         std::cout << "wrote " << f << "\n";
       return 0;
     }
