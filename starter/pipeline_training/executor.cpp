@@ -34,8 +34,39 @@ struct BatchScope {
 };
 }  // namespace
 
+BatchResult run_actions(const RankSchedule& schedule, const PipelineShape& shape, int64_t rank, P2P& p2p,
+                        const std::function<void(const Action&)>& perform, const std::function<size_t()>& kept,
+                        const OnAction& on_action, const std::string& unit) {
+  BatchResult result;
+  const auto t0 = std::chrono::steady_clock::now();
+  result.clock_origin = std::chrono::duration<double>(t0.time_since_epoch()).count();
+  auto since_start = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
+  for (size_t k = 0; k < schedule.size(); ++k) {
+    const Action& a = schedule[k];
+    if (a.chunk < 0 || a.chunk >= shape.chunks || a.microbatch < 0 || a.microbatch >= shape.microbatches)
+      throw Error("rank " + std::to_string(rank) + ", action " + std::to_string(k) + " (" + to_string(a) + "): " +
+                  unit + " must be in 0.." + std::to_string(shape.microbatches - 1) + " and chunk in 0.." +
+                  std::to_string(shape.chunks - 1));
+    if (on_action) on_action(k, a);
+    ActionTime t;
+    t.action = a;
+    t.stage = virtual_stage(shape, rank, a.chunk);
+    const double recv_before = p2p.recv_seconds();
+    p2p.take_recv_spans();  // earlier receives are no action's
+    t.start = since_start();
+    perform(a);
+    t.end = since_start();
+    t.recv = p2p.recv_seconds() - recv_before;
+    for (const auto& [from, to] : p2p.take_recv_spans())
+      t.recv_spans.emplace_back(from - result.clock_origin, to - result.clock_origin);
+    result.timeline.push_back(t);
+    result.peak_kept = std::max<int64_t>(result.peak_kept, static_cast<int64_t>(kept()));
+  }
+  return result;
+}
+
 BatchResult Executor::run(const RankSchedule& schedule, const std::vector<MicroBatch>& micro,
-                          const std::function<void(size_t, const Action&)>& on_action) {
+                          const OnAction& on_action) {
   if (static_cast<int64_t>(micro.size()) != shape_.microbatches)
     throw Error("Executor::run: " + std::to_string(micro.size()) + " micro-batches for a pipeline of m = " +
                 std::to_string(shape_.microbatches));
@@ -44,34 +75,10 @@ BatchResult Executor::run(const RankSchedule& schedule, const std::vector<MicroB
   BatchScope scope{micro_, kept_};
   loss_ = 0;
   peak_kept_ = 0;
-  BatchResult result;
-  const auto t0 = std::chrono::steady_clock::now();
-  result.clock_origin = std::chrono::duration<double>(t0.time_since_epoch()).count();
-  auto since_start = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
-  for (size_t k = 0; k < schedule.size(); ++k) {
-    const Action& a = schedule[k];
-    if (a.chunk < 0 || a.chunk >= shape_.chunks || a.microbatch < 0 || a.microbatch >= shape_.microbatches)
-      throw Error("rank " + std::to_string(rank_) + ", action " + std::to_string(k) + " (" + to_string(a) +
-                  "): micro-batch must be in 0.." + std::to_string(shape_.microbatches - 1) + " and chunk in 0.." +
-                  std::to_string(shape_.chunks - 1));
-    if (on_action) on_action(k, a);
-    ActionTime t;
-    t.action = a;
-    t.stage = stage_of(a);
-    const double recv_before = p2p_.recv_seconds();
-    p2p_.take_recv_spans();  // earlier receives are no action's
-    t.start = since_start();
-    if (a.op == Op::Forward)
-      forward_step(a);
-    else
-      backward_step(a);
-    t.end = since_start();
-    t.recv = p2p_.recv_seconds() - recv_before;
-    for (const auto& [from, to] : p2p_.take_recv_spans())
-      t.recv_spans.emplace_back(from - result.clock_origin, to - result.clock_origin);
-    result.timeline.push_back(t);
-    peak_kept_ = std::max<int64_t>(peak_kept_, static_cast<int64_t>(kept_.size()));
-  }
+  BatchResult result = run_actions(
+      schedule, shape_, rank_, p2p_,
+      [this](const Action& a) { a.op == Op::Forward ? forward_step(a) : backward_step(a); },
+      [this] { return kept_.size(); }, on_action);
   if (!kept_.empty()) {
     const auto& [i, c] = kept_.begin()->first;
     throw Error("rank " + std::to_string(rank_) + ": after the whole schedule " + std::to_string(kept_.size()) +
@@ -80,7 +87,7 @@ BatchResult Executor::run(const RankSchedule& schedule, const std::vector<MicroB
   }
   p2p_.finish();  // every send delivered, no message to this rank itself left over
   result.loss = loss_;
-  result.peak_kept = peak_kept_;
+  result.peak_kept = std::max(result.peak_kept, peak_kept_);
   return result;
 }
 

@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -58,6 +59,20 @@ struct BatchResult {
   double clock_origin = 0;
 };
 
+// Called before each action with its index in the rank's schedule (tests, failure
+// injection, memory sampling).
+using OnAction = std::function<void(size_t, const Action&)>;
+
+// The loop every executor shares (this file's Executor and TeraPipe's SlicedExecutor):
+// the rank's actions one after another, each checked against the shape (`unit` names what
+// Action::microbatch counts in the error: "micro-batch", or TeraPipe's "unit"), performed
+// by `perform` and timed, with the P2P receives it waited in, and the most forwards kept
+// at once (`kept`: how many are kept now). What is left kept after the last action and
+// p2p.finish() are the caller's, whose errors name its own steps.
+BatchResult run_actions(const RankSchedule& schedule, const PipelineShape& shape, int64_t rank, P2P& p2p,
+                        const std::function<void(const Action&)>& perform, const std::function<size_t()>& kept,
+                        const OnAction& on_action = {}, const std::string& unit = "micro-batch");
+
 class Executor {
  public:
   // chunks[c] is virtual stage c*p + rank. The P2P carries the messages.
@@ -68,8 +83,7 @@ class Executor {
   // (the caller zeroes them before). Throws kit::Error when the schedule leaves anything
   // kept or unsent, and when an action names a chunk or micro-batch out of range.
   // on_action (tests, failure injection): called before each action with its index.
-  BatchResult run(const RankSchedule& schedule, const std::vector<MicroBatch>& micro,
-                  const std::function<void(size_t, const Action&)>& on_action = {});
+  BatchResult run(const RankSchedule& schedule, const std::vector<MicroBatch>& micro, const OnAction& on_action = {});
 
   // ---- Problem 3.2 (student functions, pipeline_training/step.cpp) ------------------
   void forward_step(const Action& a);

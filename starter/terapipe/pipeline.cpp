@@ -101,33 +101,10 @@ pp::BatchResult SlicedExecutor::run(const pp::RankSchedule& schedule, const std:
   micro_ = &micro;
   BatchScope<decltype(kept_), decltype(handed_)> scope{micro_, kept_, handed_};
   loss_ = 0;
-  pp::BatchResult result;
-  const auto t0 = std::chrono::steady_clock::now();
-  result.clock_origin = std::chrono::duration<double>(t0.time_since_epoch()).count();
-  auto since_start = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
-  for (size_t k = 0; k < schedule.size(); ++k) {
-    const pp::Action& a = schedule[k];
-    if (a.chunk < 0 || a.chunk >= shape_.chunks || a.microbatch < 0 || a.microbatch >= shape_.microbatches)
-      throw Error("rank " + std::to_string(rank_) + ", action " + std::to_string(k) + " (" + pp::to_string(a) +
-                  "): unit must be in 0.." + std::to_string(shape_.microbatches - 1) + " and chunk in 0.." +
-                  std::to_string(shape_.chunks - 1));
-    pp::ActionTime t;
-    t.action = a;
-    t.stage = stage_of(a);
-    const double recv_before = p2p_.recv_seconds();
-    p2p_.take_recv_spans();  // earlier receives are no action's
-    t.start = since_start();
-    if (a.op == pp::Op::Forward)
-      forward_slice(a);
-    else
-      backward_slice(a);
-    t.end = since_start();
-    t.recv = p2p_.recv_seconds() - recv_before;
-    for (const auto& [from, to] : p2p_.take_recv_spans())
-      t.recv_spans.emplace_back(from - result.clock_origin, to - result.clock_origin);
-    result.timeline.push_back(t);
-    result.peak_kept = std::max<int64_t>(result.peak_kept, static_cast<int64_t>(kept_.size()));
-  }
+  pp::BatchResult result = pp::run_actions(
+      schedule, shape_, rank_, p2p_,
+      [this](const pp::Action& a) { a.op == pp::Op::Forward ? forward_slice(a) : backward_slice(a); },
+      [this] { return kept_.size(); }, {}, "unit");
   if (!kept_.empty()) {
     const auto& [u, c] = kept_.begin()->first;
     throw Error("rank " + std::to_string(rank_) + ": after the whole schedule " + std::to_string(kept_.size()) +
