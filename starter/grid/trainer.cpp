@@ -7,9 +7,11 @@
 #include <chrono>
 #include <limits>
 
+#include "data_parallel/flat_average.h"
 #include "kit/errors.h"
 #include "model/checkpoint.h"
 #include "pipeline/model_parallel.h"
+#include "pipeline_training/forward_backward.h"
 #include "pipeline_training/p2p.h"
 #include "pipeline_training/schedules.h"
 #include "zero/zero.h"
@@ -17,6 +19,7 @@
 namespace kit::grid {
 
 struct Trainer3D::Impl {
+  pp::PipelineRank pipeline;  // this rank's chunks as Problem 3's stages, for forward_backward
   std::unique_ptr<pp::P2P> p2p;
   std::unique_ptr<pp::Executor> executor;
   std::unique_ptr<torch::optim::AdamW> adamw;
@@ -53,11 +56,7 @@ Trainer3D::Trainer3D(const GPT2& full, const ProcessGrid& grid, Options3D option
   shape_.microbatches = options.microbatches;
   shape_.chunks = options.virtual_chunks;
   pp::check_shape(options.schedule, shape_);
-  if (cfg.n_layer < shape_.stages())
-    throw Error("the model has " + std::to_string(cfg.n_layer) + " transformer blocks but the pipeline has " +
-                std::to_string(shape_.stages()) + " stages (" + std::to_string(shape_.ranks) + " ranks x " +
-                std::to_string(shape_.chunks) + " chunks): use --n-layer " + std::to_string(shape_.stages()) +
-                " or more, or a smaller --pp / --virtual");
+  pp::check_blocks_fit(cfg.n_layer, shape_);
   schedule_ = pp::make_schedule(options.schedule, shape_)[static_cast<size_t>(grid.coords.pp)];
   for (int64_t c = 0; c < shape_.chunks; ++c) {
     TensorParallelStage stage(cfg, pp::virtual_stage(shape_, grid.coords.pp, c), shape_.stages(), grid.tensor);
@@ -71,6 +70,7 @@ Trainer3D::Trainer3D(const GPT2& full, const ProcessGrid& grid, Options3D option
   impl_->p2p = std::make_unique<pp::P2P>(shape_, grid.coords.pp, options_of_messages,
                                          group_ranks(GroupKind::Pipeline, dist::get_rank(), grid.shape));
   impl_->executor = std::make_unique<pp::Executor>(as_stages, shape_, grid.coords.pp, *impl_->p2p);
+  impl_->pipeline = {as_stages, shape_, grid.coords.pp, &grid_.embedding};
   if (options.zero) {
     zero::ZeroOptions z;
     z.stage = 1;
@@ -100,23 +100,21 @@ StepReport Trainer3D::step(const torch::Tensor& idx, const torch::Tensor& labels
                 " data-parallel replicas of " + std::to_string(options_.microbatches) +
                 " micro-batches each: use a --batch-size that is a multiple of d*m = " +
                 std::to_string(d * options_.microbatches));
-  for (auto& p : parameters()) p.mutable_grad() = torch::Tensor();
   grid_.data.reset_counters();
   grid_.tensor.reset_counters();
   grid_.embedding.reset_counters();
   const double recv_before = impl_->p2p->recv_seconds();
-
   const int64_t local = rows / d, first = grid_.coords.dp * local;
   auto device = dist::device();
-  auto micro = pp::split_batch(idx.narrow(0, first, local).to(device), labels.narrow(0, first, local).to(device),
-                               mask.narrow(0, first, local).to(device), options_.microbatches);
   StepReport report;
-  report.batch = impl_->executor->run(schedule_, micro);
-  sum_tied_gradients();
+  report.batch = pp::forward_backward(
+      impl_->pipeline, [&](const std::vector<pp::MicroBatch>& micro) { return impl_->executor->run(schedule_, micro); },
+      idx.narrow(0, first, local).to(device), labels.narrow(0, first, local).to(device),
+      mask.narrow(0, first, local).to(device), options_.microbatches);
   if (impl_->zero) {
     impl_->zero->step();  // averages over the data group itself
   } else {
-    average_gradients();
+    average_gradients_flat(parameters(), grid_.data);
     impl_->adamw->step();
   }
   // The global loss: the last stage's tensor rank 0 of each replica adds its share.
@@ -132,48 +130,6 @@ StepReport Trainer3D::step(const torch::Tensor& idx, const torch::Tensor& labels
   report.comm.pipeline = impl_->p2p->recv_seconds() - recv_before;
   report.seconds = seconds_since(t0);
   return report;
-}
-
-void Trainer3D::sum_tied_gradients() {
-  // wte's copies on this rank: stage 0's and the last stage's (the same module when S = 1).
-  std::vector<torch::Tensor> copies;
-  for (const auto& c : chunks_)
-    if (c->is_first() || c->is_last()) {
-      torch::Tensor w = c->tied_weight();
-      if (!w.grad().defined()) w.mutable_grad() = torch::zeros_like(w);
-      copies.push_back(w.grad());
-    }
-  if (copies.empty() || shape_.stages() == 1) return;  // S = 1: autograd already added both uses
-  torch::NoGradGuard no_grad;
-  if (copies.size() == 2) {  // p = 1 with v chunks: both stages on this rank
-    copies[0].add_(copies[1]);
-    copies[1].copy_(copies[0]);
-    return;
-  }
-  dist::all_reduce(copies[0], dist::ReduceOp::SUM, grid_.embedding);
-}
-
-void Trainer3D::average_gradients() {
-  if (grid_.shape.dp == 1) return;
-  torch::NoGradGuard no_grad;
-  std::vector<torch::Tensor> grads;
-  for (auto& p : parameters()) {
-    if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
-    grads.push_back(p.grad());
-  }
-  // One all-reduce of every gradient packed together (few large messages beat many small).
-  torch::Tensor flat = torch::cat([&] {
-    std::vector<torch::Tensor> views;
-    for (auto& g : grads) views.push_back(g.reshape({-1}));
-    return views;
-  }());
-  dist::all_reduce(flat, dist::ReduceOp::SUM, grid_.data);
-  flat.div_(static_cast<double>(grid_.shape.dp));
-  int64_t offset = 0;
-  for (auto& g : grads) {
-    g.copy_(flat.narrow(0, offset, g.numel()).view_as(g));
-    offset += g.numel();
-  }
 }
 
 TensorDict Trainer3D::gather_state_dict() const {

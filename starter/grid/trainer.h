@@ -81,8 +81,6 @@ class Trainer3D {
   const pp::PipelineShape& pipeline_shape() const { return shape_; }
 
  private:
-  void sum_tied_gradients();
-  void average_gradients();
 
   ProcessGrid grid_;
   Options3D options_;

@@ -140,13 +140,18 @@ std::string StageModuleImpl::model_name(const std::string& name) const {
 
 torch::Tensor StageModuleImpl::tied_weight() const { return wte ? wte->weight : torch::Tensor(); }
 
+void check_blocks_fit(int64_t n_layer, const PipelineShape& shape) {
+  const int64_t S = shape.stages();
+  if (n_layer < S)
+    throw Error("the model has " + std::to_string(n_layer) + " transformer blocks but the pipeline has " +
+                std::to_string(S) + " virtual stages (" + std::to_string(shape.ranks) + " ranks x " +
+                std::to_string(shape.chunks) + " chunks): every stage needs at least one block. Use --n-layer " +
+                std::to_string(S) + " (or more), or fewer stages / --virtual chunks");
+}
+
 std::vector<StageModule> build_rank_chunks(const GPT2& full, const PipelineShape& shape, int64_t rank) {
-  const int64_t S = shape.stages(), L = static_cast<int64_t>(full->h->size());
-  if (L < S)
-    throw Error("the model has " + std::to_string(L) + " transformer blocks but the pipeline has " + std::to_string(S) +
-                " virtual stages (" + std::to_string(shape.ranks) + " ranks x " + std::to_string(shape.chunks) +
-                " chunks): every stage needs at least one block. Use --n-layer " + std::to_string(S) +
-                " (or more), or fewer --stages / --virtual chunks");
+  const int64_t S = shape.stages();
+  check_blocks_fit(static_cast<int64_t>(full->h->size()), shape);
   if (rank < 0 || rank >= shape.ranks)
     throw Error("rank " + std::to_string(rank) + " is outside 0.." + std::to_string(shape.ranks - 1));
   std::vector<StageModule> chunks;
@@ -154,7 +159,8 @@ std::vector<StageModule> build_rank_chunks(const GPT2& full, const PipelineShape
   return chunks;
 }
 
-void sum_tied_gradients(const std::vector<StageModule>& chunks, const PipelineShape& shape, int64_t rank) {
+void sum_tied_gradients(const std::vector<StageModule>& chunks, const PipelineShape& shape, int64_t rank,
+                        const dist::Group* tied) {
   const int64_t S = shape.stages();
   if (S == 1) return;  // one module holds wte for both uses: autograd already summed
   const int64_t first_rank = rank_of_stage(shape, 0), last_rank = rank_of_stage(shape, S - 1);
@@ -174,19 +180,26 @@ void sum_tied_gradients(const std::vector<StageModule>& chunks, const PipelineSh
     b.copy_(sum);
     return;
   }
-  // Rank 0 sends first and then receives, rank p-1 the other way round: the two never
-  // both wait in a send (Gloo) and the order is the same on both sides (NCCL).
-  if (rank == first_rank) {
-    torch::Tensor g = grad_of(0), other = torch::empty_like(g);
-    dist::send(g.contiguous(), static_cast<int>(last_rank), kTiedTag);
-    dist::recv(other, static_cast<int>(last_rank), kTiedTag);
+  // The other copy's holder, as the group names it (the tied group: 0 and 1).
+  auto exchange = [&](const torch::Tensor& g, int64_t peer, bool send_first) {
+    const int to = static_cast<int>(tied ? (peer == first_rank ? 0 : 1) : peer);
+    torch::Tensor other = torch::empty_like(g);
+    auto send = [&] { tied ? dist::send(g.contiguous(), to, kTiedTag, *tied) : dist::send(g.contiguous(), to, kTiedTag); };
+    auto recv = [&] { tied ? dist::recv(other, to, kTiedTag, *tied) : dist::recv(other, to, kTiedTag); };
+    if (send_first) {
+      send();
+      recv();
+    } else {
+      recv();
+      send();
+    }
     g.add_(other);
-  } else if (rank == last_rank) {
-    torch::Tensor g = grad_of(S - 1), other = torch::empty_like(g);
-    dist::recv(other, static_cast<int>(first_rank), kTiedTag);
-    dist::send(g.contiguous(), static_cast<int>(first_rank), kTiedTag);
-    g.add_(other);
-  }
+  };
+  // The first stage's rank sends first and then receives, the last stage's the other way
+  // round: the two never both wait in a send (Gloo) and the order is the same on both
+  // sides (NCCL).
+  if (rank == first_rank) exchange(grad_of(0), last_rank, true);
+  if (rank == last_rank) exchange(grad_of(S - 1), first_rank, false);
 }
 
 }  // namespace kit::pp

@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "dist/dist.h"
 #include "model/gpt2.h"
 #include "pipeline_training/action.h"
 
@@ -85,13 +86,21 @@ class StageModuleImpl : public torch::nn::Module {
 };
 TORCH_MODULE(StageModule);
 
+// kit::Error when a model of n_layer blocks cannot give each of the shape's v·p virtual
+// stages a block (naming both and --n-layer as the fix). Every pipeline program and the
+// 3D grid check this one way, before any process waits.
+void check_blocks_fit(int64_t n_layer, const PipelineShape& shape);
+
 // The chunks of rank `rank`: chunk c is virtual stage c*p + rank. kit::Error when the
-// model has fewer blocks than virtual stages (naming both and --n-layer as the fix).
+// model has fewer blocks than virtual stages (check_blocks_fit).
 std::vector<StageModule> build_rank_chunks(const GPT2& full, const PipelineShape& shape, int64_t rank);
 
-// Adds the gradients of the two wte copies (stage 0 on rank 0, stage S-1 on rank p-1)
-// so both hold the gradient of the tied weight; a point-to-point exchange when they are
-// on different ranks, a local sum when on the same. Call on every rank after backward.
-void sum_tied_gradients(const std::vector<StageModule>& chunks, const PipelineShape& shape, int64_t rank);
+// Adds the gradients of the two wte copies (stage 0 on pipeline rank 0, stage S-1 on rank
+// p-1) so both hold the gradient of the tied weight; a point-to-point exchange when they
+// are on different ranks, a local sum when on the same. Call on every rank after backward.
+// `tied`: the group of those two ranks, first stage's first (the 3D grid's embedding
+// group, grid/grid.h); without one the world, where pipeline rank r is world rank r.
+void sum_tied_gradients(const std::vector<StageModule>& chunks, const PipelineShape& shape, int64_t rank,
+                        const dist::Group* tied = nullptr);
 
 }  // namespace kit::pp
