@@ -19,10 +19,9 @@
 //   m * sum_i t(l_i, c_i) + (K - 1) * max_i t(l_i, c_i)
 // (GPipe order: the first stage works through all m * n units, the slowest crosses the rest).
 //
-// Batches are synthetic and the same on every rank (as run_pipeline_training): per step
-// torch::randint(vocab, {batch, seq_len + 1}) after torch::manual_seed(seed + 1000). Each step:
-// the rank's stage runs the sliced schedule (terapipe/pipeline.h), the two copies of wte sum
-// their gradients, and one AdamW step.
+// Batches are synthetic and the same on every rank (app/run.h). Each step: the rank's stage
+// runs the sliced schedule (terapipe/pipeline.h) through pipeline_training/forward_backward.h
+// (which also sums the two copies of wte's gradient), then one AdamW step.
 //
 // Metrics per rank (--out, {rank} and {world} replaced), over the timed steps (after --warmup):
 // slicing, lengths, pipeline_seconds (the schedule's span on this rank: the measured value
@@ -37,21 +36,16 @@
 // micro-batch 0, its P2P receives nested; ts on the steady clock the processes of a machine share.
 #include <torch/torch.h>
 
-#include <algorithm>
 #include <array>
-#include <chrono>
-#include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "app/cli.h"
+#include "app/run.h"
 #include "dist/dist.h"
-#include "dist/launch.h"
-#include "kit/errors.h"
-#include "model/gpt2.h"
 #include "pipeline/model_parallel.h"
-#include "pipeline_training/p2p.h"
+#include "pipeline_training/forward_backward.h"
 #include "pipeline_training/trace_events.h"
-#include "project/cli.h"
 #include "terapipe/latency.h"
 #include "terapipe/pipeline.h"
 #include "terapipe/slicing.h"
@@ -87,68 +81,27 @@ kit::GPT2Config config_of(const TeraOptions& o) {
   return cfg;
 }
 
-double median(std::vector<double> v) {
-  if (v.empty()) return 0.0;
-  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
-  return v[v.size() / 2];
-}
-
-int64_t warmup_of(const TeraOptions& o) { return o.warmup >= 0 ? o.warmup : std::min<int64_t>(1, o.steps - 1); }
-
-tp::LatencyModel read_latency(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw kit::Error("--latency " + path + " cannot be read: write it first with --profile " + path);
-  try {
-    return tp::latency_model_from_json(nlohmann::json::parse(in).at("model"));
-  } catch (const nlohmann::json::exception& e) {
-    throw kit::Error("--latency " + path + " is not a --profile file: " + e.what());
-  }
-}
-
-// "none" (one slice), "uniform:N", "dp" (needs --latency) or "a+b+c".
 std::vector<int64_t> slicing_of(const TeraOptions& o) {
-  const int64_t L = o.run.data.seq_len;
-  const std::string& s = o.slices;
-  if (s == "none") return {L};
-  if (s.rfind("uniform:", 0) == 0) {
-    int64_t k = 0;
-    try {
-      k = std::stoll(s.substr(8));
-    } catch (const std::exception&) {
-      throw kit::Error("--slices " + s + ": uniform:N takes a number of slices N");
-    }
-    return tp::uniform_slicing(L, k);
-  }
-  if (s == "dp") {
+  return tp::slicing_from_spec(o.slices, o.run.data.seq_len, o.stages, [&] {
     if (o.latency.empty())
       throw kit::Error("--slices dp needs a latency model: measure one with --profile FILE (same model and "
                        "--seq-len), then pass --latency FILE");
-    return tp::optimal_slicing(L, o.stages, read_latency(o.latency).latency()).lengths;
-  }
-  std::vector<int64_t> lengths;
-  size_t at = 0;
-  try {
-    while (at <= s.size()) {
-      const size_t plus = s.find('+', at);
-      lengths.push_back(std::stoll(s.substr(at, plus == std::string::npos ? std::string::npos : plus - at)));
-      if (plus == std::string::npos) break;
-      at = plus + 1;
-    }
-  } catch (const std::exception&) {
-    throw kit::Error("--slices " + s + " is none of none, uniform:N, dp or lengths like 64+32+32");
-  }
-  tp::evaluate(lengths, L, [](int64_t, int64_t) { return 0.0; });  // its checks: every slice >= 1, sum = L
-  return lengths;
+    return tp::read_latency_model(o.latency).latency();
+  });
+}
+
+// The pipeline time --latency predicts for the slicing: m * sum + (K - 1) * max (-1: none).
+double predicted_seconds(const TeraOptions& o, const std::vector<int64_t>& lengths) {
+  if (o.latency.empty()) return -1;
+  const tp::Slicing s = tp::evaluate(lengths, o.run.data.seq_len, tp::read_latency_model(o.latency).latency());
+  return static_cast<double>(o.microbatches) * s.sum + static_cast<double>(o.stages - 1) * s.max;
 }
 
 void check_options(const TeraOptions& o, int world_size) {
   if (o.stages < 1 || (world_size > 0 && world_size != o.stages))
     throw kit::Error("--stages " + std::to_string(o.stages) + " must be at least 1 and equal the number of processes (" +
                      std::to_string(world_size) + "): one stage per rank");
-  if (o.steps < 1) throw kit::Error("--steps must be at least 1 (got " + std::to_string(o.steps) + ")");
-  if (o.warmup >= o.steps || o.warmup < -1)
-    throw kit::Error("--warmup " + std::to_string(o.warmup) + " must be at least 0 and below --steps " +
-                     std::to_string(o.steps) + ": at least one batch must be timed");
+  kit::check_steps(o.steps, o.warmup);
   const int64_t B = o.run.train.batch_size;
   if (o.microbatches < 1 || B < 1 || B % o.microbatches != 0)
     throw kit::Error("--batch-size " + std::to_string(B) + " must be a positive multiple of --chunks " +
@@ -159,43 +112,20 @@ void check_options(const TeraOptions& o, int world_size) {
     throw kit::Error("--seq-len " + std::to_string(o.run.data.seq_len) + " is longer than the model's context (" +
                      std::to_string(cfg.n_positions) + " positions): pass --n-positions " +
                      std::to_string(o.run.data.seq_len));
-  if (cfg.n_layer < o.stages && !o.print_slicing)
-    throw kit::Error("the model has " + std::to_string(cfg.n_layer) + " blocks but the pipeline has " +
-                     std::to_string(o.stages) + " stages: use --n-layer " + std::to_string(o.stages) + " or more");
+  if (!o.print_slicing) pp::check_blocks_fit(cfg.n_layer, {o.stages, 1, 1});
   if (o.profile.empty()) slicing_of(o);  // a bad --slices fails before any process starts
-  if (!o.trace.empty())  // so does a --trace directory that does not exist
-    for (int r = 0; r < o.stages; ++r)
-      kit::trace::check_trace_path(kit::rank_path(o.trace, r, static_cast<int>(o.stages)), "--trace");
+  if (!o.trace.empty()) kit::check_trace_paths(o.trace, static_cast<int>(o.stages));
 }
 
-// This rank's timed steps as a Chrome trace: its own track only, so the ranks' files merge.
-void write_trace(const TeraOptions& o, int rank, int W, const std::vector<int64_t>& lengths,
-                 std::vector<kit::trace::Event> events) {
-  kit::trace::Trace trace;
-  trace.tracks.push_back({rank, "stage " + std::to_string(rank)});
-  trace.events = std::move(events);
-  trace.other = {{"program", "run_terapipe"}, {"schedule", "gpipe, token slices"}, {"world", W}, {"rank", rank},
-                 {"microbatches", o.microbatches}, {"slicing", o.slices}, {"lengths", lengths},
-                 {"steps", o.steps}, {"warmup", warmup_of(o)},
-                 {"clock", "steady clock (shared by the processes of one machine), microseconds since its epoch"}};
-  kit::trace::write_chrome_trace(kit::rank_path(o.trace, rank, W), trace, "--trace");
-}
-
-// --print-slicing: the slicing --slices names for --stages, as one JSON line; no process starts
-// and no model is built (so any K may be asked, e.g. the DP's slicing at K = 16 on a 4-block model).
 int print_slicing_main(const TeraOptions& o) {
   check_options(o, 0);
   const std::vector<int64_t> lengths = slicing_of(o);
   nlohmann::json j = {{"stages", o.stages}, {"seq_len", o.run.data.seq_len}, {"slicing", o.slices}, {"lengths", lengths}};
-  if (!o.latency.empty()) {
-    const tp::Slicing s = tp::evaluate(lengths, o.run.data.seq_len, read_latency(o.latency).latency());
-    j["predicted_seconds"] = static_cast<double>(o.microbatches) * s.sum + static_cast<double>(o.stages - 1) * s.max;
-  }
+  if (!o.latency.empty()) j["predicted_seconds"] = predicted_seconds(o, lengths);
   std::cout << j.dump() << std::endl;
   return 0;
 }
 
-// --profile: one process times one stage's blocks on the grid and fits the model.
 int profile_main(const TeraOptions& o) {
   check_options(o, 0);
   kit::set_threads(o.run.train.threads);
@@ -223,20 +153,20 @@ int profile_main(const TeraOptions& o) {
   return 0;
 }
 
-int worker_main(const TeraOptions& o, int rank, int W, const std::string& launcher) {
+int worker_main(const TeraOptions& o, const kit::WorldInfo& world) {
+  const int rank = world.rank, W = world.world_size;
   check_options(o, W);
   kit::dist::init_process_group(o.backend, rank, W);
   kit::set_threads(o.run.train.threads);
   const kit::GPT2Config cfg = config_of(o);
   const std::vector<int64_t> lengths = slicing_of(o);
   const int64_t n = static_cast<int64_t>(lengths.size()), m = o.microbatches, K = o.stages;
-  const pp::PipelineShape shape{K, m * n, 1};
-  std::vector<tp::SlicedStage> stages;
-  {
-    kit::GPT2 full = kit::build_model(cfg, o.vocab, o.run.data.seq_len, o.run.train.seed);
-    stages = tp::build_sliced_stages(full, shape, rank);
-  }  // the whole model is let go: the rank keeps its stage
-  const auto modules = tp::as_stage_modules(stages);
+  const int64_t B = o.run.train.batch_size, T = o.run.data.seq_len;
+  const pp::PipelineShape shape{K, m * n, 1};  // one unit per slice of a micro-batch
+  // The whole model from the seed on every rank; the rank keeps its stage.
+  const std::vector<tp::SlicedStage> stages =
+      tp::build_sliced_stages(kit::build_model(cfg, o.vocab, T, o.run.train.seed), shape, rank);
+  const pp::PipelineRank me{tp::as_stage_modules(stages), shape, rank};
   std::vector<torch::Tensor> params;
   for (const auto& s : stages)
     for (const auto& p : s->parameters()) params.push_back(p);
@@ -244,73 +174,58 @@ int worker_main(const TeraOptions& o, int rank, int W, const std::string& launch
   pp::P2P p2p(shape, rank, torch::TensorOptions().dtype(torch::kFloat32).device(kit::dist::device()));
   tp::SlicedExecutor executor(stages, shape, lengths, rank, p2p);
   const pp::RankSchedule schedule = tp::make_sliced_schedule(shape, n, rank);
-  double predicted = -1;
-  tp::LatencyModel latency;
-  if (!o.latency.empty()) {
-    latency = read_latency(o.latency);
-    const tp::Slicing s = tp::evaluate(lengths, o.run.data.seq_len, latency.latency());
-    predicted = static_cast<double>(m) * s.sum + static_cast<double>(K - 1) * s.max;
-  }
+  const double predicted = predicted_seconds(o, lengths);
   if (rank == 0)
-    std::cout << "rank 0 of " << W << " (" << launcher << ", " << o.backend << "): " << K << " stages, m = " << m
-              << ", slices " << tp::to_string(lengths) << (predicted >= 0 ? ", predicted " : "")
-              << (predicted >= 0 ? std::to_string(predicted) + " s per batch" : "") << std::endl;
+    std::cout << "rank 0 of " << W << " (" << world.launcher_name() << ", " << o.backend << "): " << K
+              << " stages, m = " << m << ", slices " << tp::to_string(lengths)
+              << (predicted >= 0 ? ", predicted " + std::to_string(predicted) + " s per batch" : "") << std::endl;
 
-  const int64_t B = o.run.train.batch_size, T = o.run.data.seq_len, warmup = warmup_of(o);
-  torch::manual_seed(o.run.train.seed + 1000);  // the same batches on every rank
-  std::vector<torch::Tensor> tokens;
-  for (int64_t k = 0; k < o.steps; ++k) tokens.push_back(torch::randint(o.vocab, {B, T + 1}, torch::kInt64));
-  const torch::Tensor mask = torch::ones({B, T});
-  std::vector<double> losses, step_seconds, pipeline_seconds;
+  const auto batches = kit::synthetic_batches(o.steps, B, T, o.vocab, o.run.train.seed);
+  kit::StepTimer timer(o.steps, kit::warmup_of(o.warmup, o.steps));
+  std::vector<double> losses, pipeline_seconds;
   pp::BatchResult last;
   std::vector<kit::trace::Event> trace_events;  // --trace: every timed step's
-  // Per unit and direction, this rank's compute seconds over the timed steps (an action's span
-  // less its time in P2P receives): in-pipeline samples of t(l, c) for bench/terapipe.py.
   std::vector<std::array<std::vector<double>, 2>> unit_compute(static_cast<size_t>(m * n));
-  auto t_timed = std::chrono::steady_clock::now();
   for (int64_t k = 0; k < o.steps; ++k) {
-    if (k == warmup) t_timed = std::chrono::steady_clock::now();
-    const auto t0 = std::chrono::steady_clock::now();
-    const torch::Tensor& x = tokens[static_cast<size_t>(k)];
-    optimizer.zero_grad();
-    const auto micro = pp::split_batch(x.narrow(1, 0, T).contiguous(), x.narrow(1, 1, T).contiguous(), mask, m);
-    last = executor.run(schedule, micro);
+    timer.start(k);
+    const kit::TokenBatch& b = batches[static_cast<size_t>(k)];
+    last = pp::forward_backward(
+        me, [&](const std::vector<pp::MicroBatch>& micro) { return executor.run(schedule, micro); }, b.idx, b.labels,
+        b.mask, m);
+    optimizer.step();
+    const double seconds = timer.stop();
     pipeline_seconds.push_back(last.timeline.empty() ? 0.0 : last.timeline.back().end);
-    if (k >= warmup && !o.trace.empty())
+    if (timer.timed(k) && !o.trace.empty())
       for (auto& e : pp::measured_events(last, rank, {1, n}, k)) trace_events.push_back(std::move(e));
-    if (k >= warmup)
-      for (const auto& a : last.timeline)
+    if (timer.timed(k))
+      for (const auto& a : last.timeline)  // this stage's own t(l, c): the span less its receives
         unit_compute[static_cast<size_t>(a.action.microbatch)][a.action.op == pp::Op::Forward ? 0 : 1].push_back(
             a.end - a.start - a.recv);
-    pp::sum_tied_gradients(modules, shape, rank);
-    optimizer.step();
-    step_seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     losses.push_back(last.loss);
     if (rank == K - 1 && o.run.train.progress)
-      std::cout << "step " << k << "  loss " << last.loss << "  " << step_seconds.back() << " s" << std::endl;
+      kit::print_step(k, last.loss, seconds);
   }
-  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_timed).count();
-  const int64_t timed_steps = o.steps - warmup;
-  if (!o.trace.empty()) write_trace(o, rank, W, lengths, std::move(trace_events));
+  timer.finish();
+
+  if (!o.trace.empty())
+    kit::write_rank_trace(o.trace, rank, W, "stage " + std::to_string(rank), std::move(trace_events),
+                          {{"program", "run_terapipe"}, {"schedule", "gpipe, token slices"},
+                           {"microbatches", o.microbatches}, {"slicing", o.slices}, {"lengths", lengths},
+                           {"steps", o.steps}, {"warmup", timer.warmup()}});
   if (!o.run.out.empty()) {
     nlohmann::json timeline = nlohmann::json::array();
     for (const auto& a : last.timeline)
       timeline.push_back({a.action.op == pp::Op::Forward ? 0 : 1, a.action.microbatch, a.stage, a.start, a.end, a.recv});
     nlohmann::json units = nlohmann::json::array();
-    for (auto& fb : unit_compute) units.push_back({median(fb[0]), median(fb[1])});
-    const auto timed = [&](const std::vector<double>& v) { return std::vector<double>(v.begin() + warmup, v.end()); };
-    nlohmann::json j = {
-        {"program", "run_terapipe"}, {"preset", o.run.preset}, {"n_layer", cfg.n_layer}, {"n_embd", cfg.n_embd},
-        {"n_head", cfg.n_head}, {"vocab_size", cfg.vocab_size}, {"stages", K}, {"rank", rank}, {"world_size", W},
-        {"backend", o.backend}, {"launcher", launcher}, {"batch_size", B}, {"microbatches", m}, {"seq_len", T},
-        {"slicing", o.slices}, {"lengths", lengths}, {"steps", o.steps}, {"warmup", warmup},
-        {"threads", o.run.train.threads}, {"step_seconds", step_seconds}, {"timed_step_seconds", timed(step_seconds)},
-        {"pipeline_seconds", timed(pipeline_seconds)}, {"training_time", wall},
-        {"tokens_per_sec", wall > 0 ? static_cast<double>(timed_steps * B * T) / wall : 0.0},
-        {"losses", rank == K - 1 ? nlohmann::json(losses) : nlohmann::json()},
-        {"predicted_seconds", predicted >= 0 ? nlohmann::json(predicted) : nlohmann::json()},
-        {"latency_model", o.latency.empty() ? nlohmann::json() : tp::to_json(latency)},
-        {"unit_compute_seconds", units}, {"timeline", timeline}};
+    for (auto& fb : unit_compute) units.push_back({kit::median(fb[0]), kit::median(fb[1])});
+    nlohmann::json j = kit::run_metrics("run_terapipe", o.run, o.backend, world, timer, B * T);
+    j.update({{"n_layer", cfg.n_layer}, {"n_embd", cfg.n_embd}, {"n_head", cfg.n_head},
+              {"vocab_size", cfg.vocab_size}, {"stages", K}, {"microbatches", m}, {"slicing", o.slices},
+              {"lengths", lengths}, {"pipeline_seconds", kit::after_warmup(pipeline_seconds, timer.warmup())},
+              {"losses", rank == K - 1 ? nlohmann::json(losses) : nlohmann::json()},
+              {"predicted_seconds", predicted >= 0 ? nlohmann::json(predicted) : nlohmann::json()},
+              {"latency_model", o.latency.empty() ? nlohmann::json() : tp::to_json(tp::read_latency_model(o.latency))},
+              {"unit_compute_seconds", units}, {"timeline", timeline}});
     kit::write_rank_json(o.run.out, rank, W, j.dump(1));
   }
   kit::dist::destroy_process_group();
@@ -327,8 +242,6 @@ int main(int argc, char** argv) {
   o.run.train.batch_size = 4;
   o.run.data.seq_len = 128;
   o.run.out = "runs/terapipe/{world}/rank{rank}.json";
-  std::string presets;
-  for (const auto& name : kit::gpt2_preset_names()) presets += (presets.empty() ? "" : ", ") + name;
   app.add_option("--stages", o.stages, "Pipeline stages K, one process each")->capture_default_str();
   app.add_option("--slices", o.slices, "none, uniform:N, dp (TeraPipe's program on --latency) or lengths a+b+c")
       ->capture_default_str();
@@ -340,7 +253,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--chunks,--microbatches", o.microbatches, "Micro-batches m, each cut into the slices")
       ->capture_default_str();
-  app.add_option("--preset,--model", o.run.preset, "Model preset: " + presets)->capture_default_str();
+  kit::add_preset_option(app, o.run);
   app.add_option("--n-layer", o.n_layer, "Transformer blocks (default: the preset's); at least --stages");
   app.add_option("--n-positions", o.n_positions, "Context of the model (default: the preset's); at least --seq-len");
   app.add_option("--dropout", o.run.dropout, "Dropout probability (default: the preset's)");
@@ -348,27 +261,20 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--seq-len", o.run.data.seq_len, "Tokens per row: the L the slices add up to")->capture_default_str();
   app.add_option("--vocab-size", o.vocab, "Vocabulary of the synthetic tokens")->capture_default_str();
-  app.add_option("--steps", o.steps, "Batches, one AdamW step each")->capture_default_str();
-  app.add_option("--warmup", o.warmup, "The first W of the --steps batches are not timed (default 1; 0 when "
-                                       "--steps is 1)");
+  kit::add_step_options(app, o.steps, o.warmup);
   kit::add_process_options(app, o.run, o.backend, o.port);
   app.add_option("--trace", o.trace,
                  "Write this rank's timed steps as Chrome trace-event JSON here, for https://ui.perfetto.dev or "
                  "chrome://tracing ({rank} and {world} replaced, else .rank<r> added; the directory must exist): "
                  "one track per stage, F/B of each slice with their P2P receives");
-  app.add_flag("!--no-progress", o.run.train.progress, "Do not print the loss of every step");
+  kit::add_no_progress_option(app, o.run);
   app.footer("Metrics per rank (--out): lengths, pipeline_seconds (measured), predicted_seconds (with --latency), "
              "step_seconds, tokens_per_sec, losses (last stage), timeline of the last step.");
   return kit::guarded_main(argc, argv, app, [&] {
     if (o.print_slicing) return print_slicing_main(o);
     if (!o.profile.empty()) return profile_main(o);
-    return kit::launcher_or_worker(
-        0,
-        [&] {
-          check_options(o, static_cast<int>(o.stages));
-          return kit::serve_and_start_ranks(static_cast<int>(o.stages), o.port, "pipeline stages",
-                                            [&] { return worker_main(o, 0, 1, "none"); });
-        },
-        [&](const kit::WorldInfo& w) { return worker_main(o, w.rank, w.world_size, w.launcher_name()); });
+    const int W = static_cast<int>(o.stages);
+    return kit::run_ranks(0, W, o.port, "pipeline stages", [&] { check_options(o, W); },
+                          [&](const kit::WorldInfo& w) { return worker_main(o, w); });
   });
 }

@@ -1,5 +1,7 @@
 // Validating a pipeline shape and building every rank's schedule from the student
 // functions (pipeline_training/schedules.cpp).
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "kit/errors.h"
@@ -46,6 +48,29 @@ Schedules make_schedule(ScheduleKind kind, const PipelineShape& shape) {
     }
   }
   return all;
+}
+
+Schedules read_schedules_file(const std::string& path, int64_t ranks, const std::string& flag) {
+  std::ifstream f(path);
+  if (!f) throw Error(flag + " " + path + " cannot be read");
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(f);
+  } catch (const std::exception& e) {
+    throw Error(flag + " " + path + " is not JSON: " + e.what());
+  }
+  if (j.is_object() && j.contains("schedules")) j = j["schedules"];
+  if (!j.is_array() || static_cast<int64_t>(j.size()) != ranks)
+    throw Error(flag + " " + path + " must hold one list of actions per rank (" + std::to_string(ranks) +
+                " lists, as {\"schedules\": [[{\"op\": \"F\", \"microbatch\": 0, \"chunk\": 0}, ...], ...]})");
+  Schedules s;
+  for (const auto& rank : j) {
+    if (!rank.is_array()) throw Error(flag + " " + path + ": each rank's schedule must be a list");
+    RankSchedule r;
+    for (const auto& a : rank) r.push_back(action_from_json(a));
+    s.push_back(std::move(r));
+  }
+  return s;
 }
 
 }  // namespace kit::pp

@@ -17,6 +17,7 @@
 // tests check them exactly and the simulator (simulate.h) replays them.
 #pragma once
 #include <cstdint>
+#include <string>
 
 #include "pipeline_training/action.h"
 
@@ -33,5 +34,10 @@ RankSchedule interleaved_schedule(int64_t ranks, int64_t microbatches, int64_t c
 // bad value and what would work; then builds every rank's schedule.
 void check_shape(ScheduleKind kind, const PipelineShape& shape);
 Schedules make_schedule(ScheduleKind kind, const PipelineShape& shape);
+
+// Per-rank action lists from a JSON file: {"schedules": [[{"op": "F", "microbatch": 0,
+// "chunk": 0}, ...], ...]} or the bare list of lists, one list per rank. kit::Error naming
+// `flag` and the file when it cannot be read, is not JSON or has not `ranks` lists.
+Schedules read_schedules_file(const std::string& path, int64_t ranks, const std::string& flag);
 
 }  // namespace kit::pp

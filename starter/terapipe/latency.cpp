@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cmath>
 #include <nlohmann/json.hpp>
+#include <fstream>
 #include <sstream>
 
 #include "kit/errors.h"
@@ -194,6 +195,16 @@ nlohmann::json to_json(const std::vector<LatencySample>& samples) {
   nlohmann::json list = nlohmann::json::array();
   for (const auto& s : samples) list.push_back({{"l", s.l}, {"c", s.c}, {"seconds", s.seconds}});
   return list;
+}
+
+LatencyModel read_latency_model(const std::string& path, const std::string& flag) {
+  std::ifstream in(path);
+  if (!in) throw Error(flag + " " + path + " cannot be read: write it first with --profile " + path);
+  try {
+    return latency_model_from_json(nlohmann::json::parse(in).at("model"));
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(flag + " " + path + " is not a --profile file: " + e.what());
+  }
 }
 
 }  // namespace kit::terapipe

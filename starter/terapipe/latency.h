@@ -78,6 +78,9 @@ std::vector<int64_t> latency_grid(int64_t L);
 // {"a": .., "b": .., "d": ..}; reading names a missing or non-numeric key.
 nlohmann::json to_json(const LatencyModel& model);
 LatencyModel latency_model_from_json(const nlohmann::json& j);
+// The "model" of a file run_terapipe --profile wrote. kit::Error naming `flag` and the fix
+// when it cannot be read or is not such a file.
+LatencyModel read_latency_model(const std::string& path, const std::string& flag = "--latency");
 // [{"l": .., "c": .., "seconds": ..}, ...]
 nlohmann::json to_json(const std::vector<LatencySample>& samples);
 

@@ -45,6 +45,12 @@ std::vector<int64_t> uniform_slicing(int64_t L, int64_t k);
 // Given: "12+12+8" for {12, 12, 8}.
 std::string to_string(const std::vector<int64_t>& lengths);
 
+// Given: the slicing run_terapipe's --slices names for L tokens on K stages: "none" (one
+// slice), "uniform:N", "dp" (optimal_slicing on the model `latency` gives; kit::Error when
+// there is none) or lengths "64+32+32" (checked by evaluate). kit::Error naming the flag.
+std::vector<int64_t> slicing_from_spec(const std::string& spec, int64_t L, int64_t K,
+                                       const std::function<Latency()>& latency);
+
 // Problem 7.3 (solution in terapipe/slicing_dp.cpp): the slicing of L tokens for a K-stage
 // pipeline with the smallest time(K), with its sum and max filled in. Calls t only for
 // 1 <= l, l + c <= L. kit::Error when L < 1 or K < 1.

@@ -44,4 +44,33 @@ std::string to_string(const std::vector<int64_t>& lengths) {
   return s.empty() ? "(none)" : s;
 }
 
+std::vector<int64_t> slicing_from_spec(const std::string& s, int64_t L, int64_t K,
+                                       const std::function<Latency()>& latency) {
+  if (s == "none") return {L};
+  if (s.rfind("uniform:", 0) == 0) {
+    int64_t k = 0;
+    try {
+      k = std::stoll(s.substr(8));
+    } catch (const std::exception&) {
+      throw Error("--slices " + s + ": uniform:N takes a number of slices N");
+    }
+    return uniform_slicing(L, k);
+  }
+  if (s == "dp") return optimal_slicing(L, K, latency()).lengths;
+  std::vector<int64_t> lengths;
+  size_t at = 0;
+  try {
+    while (at <= s.size()) {
+      const size_t plus = s.find('+', at);
+      lengths.push_back(std::stoll(s.substr(at, plus == std::string::npos ? std::string::npos : plus - at)));
+      if (plus == std::string::npos) break;
+      at = plus + 1;
+    }
+  } catch (const std::exception&) {
+    throw Error("--slices " + s + " is none of none, uniform:N, dp or lengths like 64+32+32");
+  }
+  evaluate(lengths, L, [](int64_t, int64_t) { return 0.0; });  // its checks: every slice >= 1, sum = L
+  return lengths;
+}
+
 }  // namespace kit::terapipe
