@@ -32,6 +32,15 @@ void check_steps(int64_t steps, int64_t warmup_flag) {
                 std::to_string(steps) + ": at least one batch must be timed");
 }
 
+void check_model_fits(const GPT2Config& cfg, int64_t seq_len, int64_t vocab) {
+  if (seq_len > cfg.n_positions)
+    throw Error("--seq-len " + std::to_string(seq_len) + " is longer than preset '" + cfg.name +
+                "' allows (n_positions = " + std::to_string(cfg.n_positions) + ")");
+  if (vocab > cfg.vocab_size)
+    throw Error("--vocab-size " + std::to_string(vocab) + " is larger than preset '" + cfg.name + "''s " +
+                std::to_string(cfg.vocab_size) + " tokens");
+}
+
 StepTimer::StepTimer(int64_t steps, int64_t warmup)
     : steps_(steps), warmup_(warmup), timed_start_(Clock::now()), step_start_(timed_start_) {}
 

@@ -51,6 +51,11 @@ int64_t warmup_of(int64_t warmup_flag, int64_t steps);
 // --steps ("--warmup W must be at least 0 and below --steps S: at least one batch must be timed").
 void check_steps(int64_t steps, int64_t warmup_flag);
 
+// kit::Error when the synthetic tokens do not fit the model `cfg`: "--seq-len T is longer
+// than preset '<name>' allows (n_positions = N)", "--vocab-size V is larger than preset
+// '<name>''s N tokens".
+void check_model_fits(const GPT2Config& cfg, int64_t seq_len, int64_t vocab);
+
 // The seconds of every step, and the wall clock of the timed ones (from the start of step
 // `warmup` to finish()).
 class StepTimer {

@@ -29,17 +29,14 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdlib>
-#include <filesystem>
-#include <fstream>
 #include <iomanip>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "app/cli.h"
+#include "app/run.h"
 #include "collectives/ring.h"
 #include "dist/dist.h"
-#include "dist/launch.h"
-#include "project/cli.h"
 #include "train/loop.h"
 
 namespace {
@@ -125,9 +122,7 @@ Timing time_op(const CollectivesOptions& o, const torch::Tensor& source, const t
     if (i >= o.warmup) timed.push_back(s);
   }
   for (const double s : timed) t.mean_s += s / static_cast<double>(timed.size());
-  std::sort(timed.begin(), timed.end());
-  const size_t m = timed.size() / 2;
-  t.median_s = timed.size() % 2 ? timed[m] : (timed[m - 1] + timed[m]) / 2;
+  t.median_s = kit::median(timed);
   return t;
 }
 
@@ -137,7 +132,8 @@ std::string human(int64_t bytes) {
   return std::to_string(bytes) + " B";
 }
 
-int worker_main(const CollectivesOptions& o, int rank, int W, const std::string& launcher) {
+int worker_main(const CollectivesOptions& o, const kit::WorldInfo& me) {
+  const int rank = me.rank, W = me.world_size;
   check_options(o, W);
   kit::dist::init_process_group(o.backend, rank, W);
   kit::set_threads(o.threads);
@@ -145,7 +141,7 @@ int worker_main(const CollectivesOptions& o, int rank, int W, const std::string&
   const kit::dist::Group world = kit::dist::world_group();
   const double bus = 2.0 * (W - 1) / W;
   if (rank == 0)
-    std::cout << "ring all-reduce vs the built-in all-reduce (" << o.backend << ", " << launcher << "), n = " << W
+    std::cout << "ring all-reduce vs the built-in all-reduce (" << o.backend << ", " << me.launcher_name() << "), n = " << W
               << ", float32, " << o.warmup << " warmup + " << o.iters << " timed operations per size\n"
               << std::setw(10) << "size" << std::setw(13) << "ring ms" << std::setw(13) << "built-in ms"
               << std::setw(15) << "ring busbw" << std::setw(15) << "built-in busbw" << std::setw(10) << "ratio"
@@ -200,19 +196,13 @@ int worker_main(const CollectivesOptions& o, int rank, int W, const std::string&
   }
   if (!o.out.empty()) {
     const nlohmann::json m = {{"program", "run_collectives"}, {"world_size", W}, {"rank", rank},
-                              {"backend", o.backend}, {"launcher", launcher}, {"dtype", "float32"},
+                              {"backend", o.backend}, {"launcher", me.launcher_name()}, {"dtype", "float32"},
                               {"warmup", o.warmup}, {"iters", o.iters}, {"threads", o.threads},
                               {"busbw_factor", bus}, {"sizes", rows}};
     kit::write_rank_json(o.out, rank, W, m.dump(1));
   }
   kit::dist::destroy_process_group();
   return 0;
-}
-
-int launcher_main(const CollectivesOptions& o) {
-  const int W = o.world_size;
-  check_options(o, W);  // a bad flag fails here, before any process
-  return kit::serve_and_start_ranks(W, o.port, "ranks (" + o.backend + ")", [&] { return worker_main(o, 0, 1, "none"); });
 }
 
 }  // namespace
@@ -247,9 +237,8 @@ int main(int argc, char** argv) {
              "bytes / time, busbw = 2(n-1)/n x algbw (nccl-tests' definition), the ratio ring time / built-in "
              "time, and the bytes the ring sent per operation (counted).");
   return kit::guarded_main(argc, argv, app, [&] {
-    const bool world_size_given = app.count("--world-size") > 0;
-    return kit::launcher_or_worker(
-        world_size_given ? o.world_size : 0, [&] { return launcher_main(o); },
-        [&](const kit::WorldInfo& w) { return worker_main(o, w.rank, w.world_size, w.launcher_name()); });
+    return kit::run_ranks(  // a bad flag fails in the launcher, before any process
+        app.count("--world-size") > 0 ? o.world_size : 0, o.world_size, o.port, "ranks (" + o.backend + ")",
+        [&] { check_options(o, o.world_size); }, [&](const kit::WorldInfo& w) { return worker_main(o, w); });
   });
 }

@@ -40,17 +40,14 @@
 // by rank 0 in the first assignment's format (kit::export_checkpoint).
 #include <torch/torch.h>
 
-#include <chrono>
-#include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "app/cli.h"
+#include "app/run.h"
 #include "dist/dist.h"
-#include "dist/launch.h"
 #include "model/checkpoint.h"
-#include "project/cli.h"
 #include "tensor_parallel/model.h"
 #include "tensor_parallel/sharding.h"
 #include "train/loop.h"
@@ -60,7 +57,6 @@ namespace {
 struct TpOptions {
   kit::RunOptions run;
   int world_size = 2;
-  bool world_size_given = false;
   int64_t n_layer = 0;  // 0: the preset's
   int64_t n_head = 0;   // 0: the preset's
   int64_t vocab = 1000;
@@ -79,84 +75,44 @@ kit::GPT2Config config_of(const TpOptions& o) {
   return cfg;
 }
 
-int64_t warmup_of(const TpOptions& o) { return o.warmup >= 0 ? o.warmup : std::min<int64_t>(1, o.steps - 1); }
-
 // Every check that needs no process: the same in the launcher and in each worker (srun).
 void check_options(const TpOptions& o, int world_size) {
   if (world_size < 1) throw kit::Error("--world-size must be at least 1 (got " + std::to_string(world_size) + ")");
-  if (o.steps < 1) throw kit::Error("--steps must be at least 1 (got " + std::to_string(o.steps) + ")");
-  if (o.warmup >= o.steps || o.warmup < -1)
-    throw kit::Error("--warmup " + std::to_string(o.warmup) + " must be at least 0 and below --steps " +
-                     std::to_string(o.steps) + ": at least one batch must be timed");
+  kit::check_steps(o.steps, o.warmup);
   if (o.run.train.batch_size < 1 || o.run.data.seq_len < 1 || o.vocab < 2)
     throw kit::Error("--batch-size and --seq-len must be positive and --vocab-size at least 2");
   const kit::GPT2Config cfg = config_of(o);
-  if (o.run.data.seq_len > cfg.n_positions)
-    throw kit::Error("--seq-len " + std::to_string(o.run.data.seq_len) + " is longer than preset '" + cfg.name +
-                     "' allows (n_positions = " + std::to_string(cfg.n_positions) + ")");
+  kit::check_model_fits(cfg, o.run.data.seq_len, o.vocab);
   if (cfg.n_head < 1 || cfg.n_embd % cfg.n_head != 0)
     throw kit::Error("--n-head " + std::to_string(cfg.n_head) + " must divide n_embd " + std::to_string(cfg.n_embd));
-  if (o.vocab > cfg.vocab_size)
-    throw kit::Error("--vocab-size " + std::to_string(o.vocab) + " is larger than preset '" + cfg.name + "''s " +
-                     std::to_string(cfg.vocab_size) + " tokens");
   kit::tp::check_divisible(cfg, world_size);  // names n_head, n_embd or vocab_size
   if (!o.init_from.empty() && !std::filesystem::exists(o.init_from))
     throw kit::Error("--init-from " + o.init_from + " does not exist: give a checkpoint written by train, "
                      "run_tensor_parallel --save-checkpoint or convert_checkpoint");
 }
 
-struct Batch {
-  torch::Tensor idx, labels, mask;
-};
-
-// The synthetic batches, identical on every rank (see the top of this file).
-std::vector<Batch> synthetic_batches(const TpOptions& o) {
-  torch::manual_seed(o.run.train.seed + 1000);
-  std::vector<Batch> out;
-  for (int64_t k = 0; k < o.steps; ++k) {
-    auto t = torch::randint(o.vocab, {o.run.train.batch_size, o.run.data.seq_len + 1}, torch::kInt64);
-    out.push_back({t.narrow(1, 0, o.run.data.seq_len).contiguous(), t.narrow(1, 1, o.run.data.seq_len).contiguous(),
-                   torch::ones({o.run.train.batch_size, o.run.data.seq_len})});
-  }
-  return out;
-}
-
 nlohmann::json bytes_json(const kit::tp::ParameterBytes& b) {
   return {{"blocks", b.blocks}, {"embeddings", b.embeddings}, {"other", b.other}, {"total", b.total()}};
 }
 
-// The AdamW moments this rank keeps (exp_avg, exp_avg_sq, and max_exp_avg_sq with amsgrad).
-int64_t optimizer_state_bytes(torch::optim::AdamW& optimizer) {
-  int64_t n = 0;
-  auto add = [&](const torch::Tensor& t) {
-    if (t.defined()) n += t.numel() * static_cast<int64_t>(t.element_size());
-  };
-  for (const auto& kv : optimizer.state()) {
-    const auto* s = dynamic_cast<const torch::optim::AdamWParamState*>(kv.second.get());
-    if (!s) continue;
-    add(s->exp_avg());
-    add(s->exp_avg_sq());
-    add(s->max_exp_avg_sq());
-  }
-  return n;
-}
-
-int worker_main(const TpOptions& o, int rank, int W, const std::string& launcher) {
+int worker_main(const TpOptions& o, const kit::WorldInfo& world) {
+  const int rank = world.rank, W = world.world_size;
   check_options(o, W);
   // Even one rank joins a process group: the model's group is the world (of size 1, whose
-  // mappings do nothing). The launcher serves its store (see launcher_main).
+  // mappings do nothing). The launcher serves its store (kit::run_ranks).
   kit::dist::init_process_group(o.backend, rank, W);
   kit::set_threads(o.run.train.threads);
   const torch::Device device = kit::dist::device();
   const kit::GPT2Config cfg = config_of(o);
+  const int64_t B = o.run.train.batch_size, T = o.run.data.seq_len;
 
-  const std::vector<Batch> batches = synthetic_batches(o);
+  const auto batches = kit::synthetic_batches(o.steps, B, T, o.vocab, o.run.train.seed);
   kit::tp::TensorParallelGPT2 model(cfg, kit::dist::world_group());
   kit::tp::ParameterBytes full_bytes;
   {
     // The whole model from the seed on every rank (the same weights everywhere); only this
     // rank's shard is kept.
-    kit::GPT2 full = kit::build_model(cfg, o.vocab, o.run.data.seq_len, o.run.train.seed);
+    kit::GPT2 full = kit::build_model(cfg, o.vocab, T, o.run.train.seed);
     if (!o.init_from.empty()) kit::import_checkpoint(*full, o.init_from);
     full_bytes = kit::tp::parameter_bytes(*full);
     model->load_full(*full);
@@ -167,32 +123,28 @@ int worker_main(const TpOptions& o, int rank, int W, const std::string& launcher
   torch::optim::AdamW optimizer(model->parameters(),
                                 torch::optim::AdamWOptions(o.run.train.lr).weight_decay(o.run.train.weight_decay));
   if (rank == 0)
-    std::cout << "rank 0 of " << W << " (" << launcher << ", " << o.backend << "): tensor parallel t = " << W << ", "
-              << cfg.n_layer << " blocks, " << cfg.n_head << " heads, vocabulary " << cfg.vocab_size << std::endl;
+    std::cout << "rank 0 of " << W << " (" << world.launcher_name() << ", " << o.backend << "): tensor parallel t = "
+              << W << ", " << cfg.n_layer << " blocks, " << cfg.n_head << " heads, vocabulary " << cfg.vocab_size
+              << std::endl;
 
   const kit::dist::Group group = model->group();
-  const int64_t warmup = warmup_of(o);
-  std::vector<double> losses, step_seconds;
+  kit::StepTimer timer(o.steps, kit::warmup_of(o.warmup, o.steps));
+  std::vector<double> losses;
   int64_t optimizer_bytes = 0;
-  auto t_timed = std::chrono::steady_clock::now();
   for (int64_t k = 0; k < o.steps; ++k) {
-    if (k == warmup) {
-      group.reset_counters();
-      t_timed = std::chrono::steady_clock::now();
-    }
-    const auto t0 = std::chrono::steady_clock::now();
+    if (k == timer.warmup()) group.reset_counters();
+    timer.start(k);
     optimizer.zero_grad();
-    const Batch& b = batches[static_cast<size_t>(k)];
+    const kit::TokenBatch& b = batches[static_cast<size_t>(k)];
     auto loss = model->loss(b.idx.to(device), b.labels.to(device), b.mask.to(device));
     loss.backward();
     optimizer.step();
-    if (k == 0) optimizer_bytes = optimizer_state_bytes(optimizer);
+    if (k == 0) optimizer_bytes = kit::adamw_state_bytes(optimizer);
     losses.push_back(loss.item<double>());
-    step_seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    if (rank == 0 && o.run.train.progress)
-      std::cout << "step " << k << "  loss " << losses.back() << "  " << step_seconds.back() << " s" << std::endl;
+    const double seconds = timer.stop();
+    if (rank == 0 && o.run.train.progress) kit::print_step(k, losses.back(), seconds);
   }
-  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_timed).count();
+  timer.finish();
   const kit::dist::Counters c = group.counters();  // the timed steps only
 
   if (!o.save_checkpoint.empty()) {
@@ -207,42 +159,26 @@ int worker_main(const TpOptions& o, int rank, int W, const std::string& launcher
     }
   }
   if (!o.run.out.empty()) {
-    const int64_t timed_steps = o.steps - warmup;
-    const int64_t B = o.run.train.batch_size, T = o.run.data.seq_len, C = cfg.n_embd;
-    const int64_t formula = 4 * cfg.n_layer * B * T * C * 4;
-    const double ar_bytes = static_cast<double>(c.all_reduce_bytes) / timed_steps;
+    const double per = static_cast<double>(timer.timed_steps());
+    const int64_t formula = 4 * cfg.n_layer * B * T * cfg.n_embd * 4;
+    const double ar_bytes = static_cast<double>(c.all_reduce_bytes) / per;
     const kit::tp::ParameterBytes mine = kit::tp::parameter_bytes(*model);
-    const std::vector<double> timed(step_seconds.begin() + warmup, step_seconds.end());
-    nlohmann::json m = {
-        {"program", "run_tensor_parallel"}, {"preset", o.run.preset}, {"n_layer", cfg.n_layer},
-        {"n_head", cfg.n_head}, {"n_embd", C}, {"vocab_size", cfg.vocab_size}, {"world_size", W},
-        {"tensor_parallel", W}, {"rank", rank}, {"backend", o.backend}, {"launcher", launcher},
-        {"batch_size", B}, {"seq_len", T}, {"steps", o.steps}, {"lr", o.run.train.lr},
-        {"threads", o.run.train.threads}, {"step_seconds", step_seconds}, {"warmup", warmup},
-        {"timed_step_seconds", timed}, {"training_time", wall},
-        // Every token of the batch passes through every rank: do not sum over ranks.
-        {"tokens_per_sec", wall > 0 ? static_cast<double>(timed_steps * B * T) / wall : 0.0},
-        {"losses", losses},
-        {"tp_all_reduce_calls_per_step", static_cast<double>(c.all_reduce_calls) / timed_steps},
-        {"tp_all_reduce_bytes_per_step", ar_bytes},
-        {"tp_comm_seconds_per_step", c.comm_seconds / timed_steps},
-        {"formula_all_reduce_bytes_per_step", formula},
-        {"non_block_all_reduce_bytes_per_step", ar_bytes - static_cast<double>(formula)},
-        {"parameter_bytes", bytes_json(mine)}, {"full_parameter_bytes", bytes_json(full_bytes)},
-        {"blocks_fraction", full_bytes.blocks > 0 ? static_cast<double>(mine.blocks) / full_bytes.blocks : 0.0},
-        {"optimizer_state_bytes", optimizer_bytes}};
+    // tokens_per_sec: every token of the batch passes through every rank: do not sum over ranks.
+    nlohmann::json m = kit::run_metrics("run_tensor_parallel", o.run, o.backend, world, timer, B * T);
+    m.update({{"n_layer", cfg.n_layer}, {"n_head", cfg.n_head}, {"n_embd", cfg.n_embd},
+              {"vocab_size", cfg.vocab_size}, {"tensor_parallel", W}, {"losses", losses},
+              {"tp_all_reduce_calls_per_step", static_cast<double>(c.all_reduce_calls) / per},
+              {"tp_all_reduce_bytes_per_step", ar_bytes},
+              {"tp_comm_seconds_per_step", c.comm_seconds / per},
+              {"formula_all_reduce_bytes_per_step", formula},
+              {"non_block_all_reduce_bytes_per_step", ar_bytes - static_cast<double>(formula)},
+              {"parameter_bytes", bytes_json(mine)}, {"full_parameter_bytes", bytes_json(full_bytes)},
+              {"blocks_fraction", full_bytes.blocks > 0 ? static_cast<double>(mine.blocks) / full_bytes.blocks : 0.0},
+              {"optimizer_state_bytes", optimizer_bytes}});
     kit::write_rank_json(o.run.out, rank, W, m.dump(1));
   }
   kit::dist::destroy_process_group();
   return 0;
-}
-
-int launcher_main(const TpOptions& o) {
-  const int W = o.world_size;
-  check_options(o, W);  // a t that does not divide the model's sizes fails here, before any process
-  // With --world-size 1 the one rank runs in this process.
-  return kit::serve_and_start_ranks(W, o.port, "tensor-parallel ranks (" + o.backend + ")",
-                                    [&] { return worker_main(o, 0, 1, "none"); });
 }
 
 }  // namespace
@@ -255,12 +191,10 @@ int main(int argc, char** argv) {
   o.run.train.batch_size = 8;
   o.run.data.seq_len = 64;
   o.run.out = "runs/tensor_parallel/{world}/rank{rank}.json";
-  std::string presets;
-  for (const auto& n : kit::gpt2_preset_names()) presets += (presets.empty() ? "" : ", ") + n;
   app.add_option("--world-size,--world_size,--tp", o.world_size,
                  "Tensor-parallel ranks t the kit starts (under srun or torchrun: taken from there)")
       ->capture_default_str();
-  app.add_option("--preset,--model", o.run.preset, "Model preset: " + presets)->capture_default_str();
+  kit::add_preset_option(app, o.run);
   app.add_option("--n-layer", o.n_layer, "Transformer blocks (default: the preset's)");
   app.add_option("--n-head", o.n_head, "Attention heads (default: the preset's); t must divide it");
   app.add_option("--dropout", o.run.dropout, "Dropout probability (default: the preset's)");
@@ -269,19 +203,18 @@ int main(int argc, char** argv) {
   app.add_option("--seq-len", o.run.data.seq_len, "Tokens per row")->capture_default_str();
   app.add_option("--vocab-size", o.vocab, "Vocabulary of the synthetic tokens (t must divide it)")
       ->capture_default_str();
-  app.add_option("--steps", o.steps, "Batches, one AdamW step each")->capture_default_str();
-  app.add_option("--warmup", o.warmup, "The first W of the --steps batches are not timed (default 1; 0 when "
-                                       "--steps is 1)");
+  kit::add_step_options(app, o.steps, o.warmup);
   kit::add_process_options(app, o.run, o.backend, o.port);
   app.add_option("--save-checkpoint", o.save_checkpoint,
                  "After training, gather the shards and write the whole model here (the first assignment's "
                  "checkpoint format, read by train --init, kit::import_checkpoint and torch.load)");
   app.add_option("--init-from", o.init_from, "Start from this whole-model checkpoint instead of --seed's weights");
-  app.add_flag("!--no-progress", o.run.train.progress, "Do not print the loss of every step");
+  kit::add_no_progress_option(app, o.run);
   return kit::guarded_main(argc, argv, app, [&] {
-    o.world_size_given = app.count("--world-size") > 0;
-    return kit::launcher_or_worker(
-        o.world_size_given ? o.world_size : 0, [&] { return launcher_main(o); },
-        [&](const kit::WorldInfo& w) { return worker_main(o, w.rank, w.world_size, w.launcher_name()); });
+    // A t that does not divide the model's sizes fails in the launcher, before any process.
+    return kit::run_ranks(
+        app.count("--world-size") > 0 ? o.world_size : 0, o.world_size, o.port,
+        "tensor-parallel ranks (" + o.backend + ")", [&] { check_options(o, o.world_size); },
+        [&](const kit::WorldInfo& w) { return worker_main(o, w); });
   });
 }

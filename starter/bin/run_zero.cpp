@@ -65,23 +65,17 @@
 //       "comm_bytes_counted" says which);
 //     formula_all_reduce_comm_bytes_per_step: 2(n-1)/n x 4P;
 //     comm_seconds_per_step: time blocked in the group's collectives and messages.
-#include <sys/resource.h>
 #include <torch/torch.h>
-#include <unistd.h>
 
-#include <chrono>
-#include <cstdlib>
-#include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "app/cli.h"
+#include "app/run.h"
 #include "dist/dist.h"
-#include "dist/launch.h"
 #include "kit/memory.h"
 #include "model/gpt2.h"
-#include "project/cli.h"
 #include "train/loop.h"
 #include "train/loss.h"
 #include "zero/zero.h"
@@ -108,8 +102,6 @@ kit::GPT2Config config_of(const ZeroRunOptions& o) {
   return cfg;
 }
 
-int64_t warmup_of(const ZeroRunOptions& o) { return o.warmup >= 0 ? o.warmup : std::min<int64_t>(1, o.steps - 1); }
-
 int stage_of(const std::string& optimizer) { return optimizer == "zero1" ? 1 : optimizer == "zero2" ? 2 : 0; }
 
 // Every check that needs no process: the same in the launcher and in each worker (srun).
@@ -118,66 +110,17 @@ void check_options(const ZeroRunOptions& o, int world_size) {
     throw kit::Error("--optimizer " + o.optimizer + " is not one of adamw, zero1, zero2 (ZeRO stage 3, sharded "
                      "parameters, is not built here)");
   if (world_size < 1) throw kit::Error("--world-size must be at least 1 (got " + std::to_string(world_size) + ")");
-  if (o.steps < 1) throw kit::Error("--steps must be at least 1 (got " + std::to_string(o.steps) + ")");
-  if (o.warmup >= o.steps || o.warmup < -1)
-    throw kit::Error("--warmup " + std::to_string(o.warmup) + " must be at least 0 and below --steps " +
-                     std::to_string(o.steps) + ": at least one batch must be timed");
+  kit::check_steps(o.steps, o.warmup);
   if (o.run.train.batch_size < 1 || o.run.data.seq_len < 1 || o.vocab < 2)
     throw kit::Error("--batch-size and --seq-len must be positive and --vocab-size at least 2 (got " +
                      std::to_string(o.run.train.batch_size) + ", " + std::to_string(o.run.data.seq_len) + ", " +
                      std::to_string(o.vocab) + ")");
   if (o.weight_decay < 0) throw kit::Error("--weight-decay must not be negative");
-  const kit::GPT2Config cfg = config_of(o);
-  if (o.run.data.seq_len > cfg.n_positions)
-    throw kit::Error("--seq-len " + std::to_string(o.run.data.seq_len) + " is longer than preset '" + cfg.name +
-                     "' allows (n_positions = " + std::to_string(cfg.n_positions) + ")");
-  if (o.vocab > cfg.vocab_size)
-    throw kit::Error("--vocab-size " + std::to_string(o.vocab) + " is larger than preset '" + cfg.name + "''s " +
-                     std::to_string(cfg.vocab_size) + " tokens");
-}
-
-struct Batch {
-  torch::Tensor idx, labels, mask;
-};
-
-// This rank's synthetic batches (see the top of this file).
-std::vector<Batch> synthetic_batches(const ZeroRunOptions& o, int rank) {
-  torch::manual_seed(o.run.train.seed + 1000 + static_cast<uint64_t>(rank));
-  std::vector<Batch> out;
-  for (int64_t k = 0; k < o.steps; ++k) {
-    auto t = torch::randint(o.vocab, {o.run.train.batch_size, o.run.data.seq_len + 1}, torch::kInt64);
-    out.push_back({t.narrow(1, 0, o.run.data.seq_len).contiguous(), t.narrow(1, 1, o.run.data.seq_len).contiguous(),
-                   torch::ones({o.run.train.batch_size, o.run.data.seq_len})});
-  }
-  return out;
+  kit::check_model_fits(config_of(o), o.run.data.seq_len, o.vocab);
 }
 
 int64_t bytes_of(const torch::Tensor& t) {
   return t.defined() ? t.numel() * static_cast<int64_t>(t.element_size()) : int64_t{0};
-}
-
-// The AdamW moments this rank keeps (exp_avg, exp_avg_sq, and max_exp_avg_sq with amsgrad).
-int64_t adamw_state_bytes(torch::optim::AdamW& optimizer) {
-  int64_t n = 0;
-  for (const auto& kv : optimizer.state()) {
-    const auto* s = dynamic_cast<const torch::optim::AdamWParamState*>(kv.second.get());
-    if (!s) continue;
-    n += bytes_of(s->exp_avg()) + bytes_of(s->exp_avg_sq()) + bytes_of(s->max_exp_avg_sq());
-  }
-  return n;
-}
-
-int64_t rss_bytes() {
-  std::ifstream f("/proc/self/statm");
-  int64_t size = 0, resident = 0;
-  f >> size >> resident;
-  return resident * static_cast<int64_t>(::sysconf(_SC_PAGESIZE));
-}
-
-int64_t peak_rss_bytes() {
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  return static_cast<int64_t>(u.ru_maxrss) * 1024;  // Linux reports KiB
 }
 
 // Plain data parallelism's reduction: one all-reduce of all gradients, then / n.
@@ -196,20 +139,22 @@ void average_gradients(const std::vector<torch::Tensor>& params, const kit::dist
   }
 }
 
-int worker_main(const ZeroRunOptions& o, int rank, int W, const std::string& launcher) {
+int worker_main(const ZeroRunOptions& o, const kit::WorldInfo& me) {
+  const int rank = me.rank, W = me.world_size;
   check_options(o, W);
   kit::dist::init_process_group(o.backend, rank, W);
   kit::set_threads(o.run.train.threads);
   const torch::Device device = kit::dist::device();
   const kit::GPT2Config cfg = config_of(o);
   const kit::dist::Group world = kit::dist::world_group();
+  const int64_t B = o.run.train.batch_size, T = o.run.data.seq_len;
   // Every CPU tensor from here on is counted (kit/memory.h): the model, the state, the
   // activations. On a GPU the activations are not measured.
   const bool count_memory = device.is_cpu();
   if (count_memory) kit::memory::enable_cpu_counting();
 
-  const std::vector<Batch> batches = synthetic_batches(o, rank);
-  kit::GPT2 model = kit::build_model(cfg, o.vocab, o.run.data.seq_len, o.run.train.seed);
+  const auto batches = kit::synthetic_batches(o.steps, B, T, o.vocab, o.run.train.seed, rank);  // this rank's rows
+  kit::GPT2 model = kit::build_model(cfg, o.vocab, T, o.run.train.seed);
   model->to(device);
   model->train();
   torch::manual_seed(o.run.train.seed + 1 + static_cast<uint64_t>(rank));  // dropout: this rank's own
@@ -234,32 +179,28 @@ int worker_main(const ZeroRunOptions& o, int rank, int W, const std::string& lau
     zero = std::make_unique<kit::zero::ZeroAdamW>(params, world, zo);
   }
   if (rank == 0)
-    std::cout << "rank 0 of " << W << " (" << launcher << ", " << o.backend << "): data parallel with "
-              << o.optimizer << ", " << cfg.n_layer << " blocks, " << P << " parameters, " << o.run.train.batch_size
-              << " rows per rank" << std::endl;
+    std::cout << "rank 0 of " << W << " (" << me.launcher_name() << ", " << o.backend << "): data parallel with "
+              << o.optimizer << ", " << cfg.n_layer << " blocks, " << P << " parameters, " << B << " rows per rank"
+              << std::endl;
 
-  const int64_t warmup = warmup_of(o);
-  std::vector<double> losses, step_seconds;
+  kit::StepTimer timer(o.steps, kit::warmup_of(o.warmup, o.steps));
+  std::vector<double> losses;
   int64_t optimizer_bytes = 0, gradient_bytes = 0, activation_bytes = 0, rss_rise = 0, peak_tensor_bytes = 0,
           gradient_peak_bytes = 0;
-  auto t_timed = std::chrono::steady_clock::now();
   for (int64_t k = 0; k < o.steps; ++k) {
-    if (k == warmup) {
-      world.reset_counters();
-      t_timed = std::chrono::steady_clock::now();
-    }
-    const auto t0 = std::chrono::steady_clock::now();
+    if (k == timer.warmup()) world.reset_counters();
+    timer.start(k);
     kit::memory::reset_cpu_peak();
     if (adamw) adamw->zero_grad();
     else zero->zero_grad();
-    const Batch& b = batches[static_cast<size_t>(k)];
+    const kit::TokenBatch& b = batches[static_cast<size_t>(k)];
     const torch::Tensor idx = b.idx.to(device), labels = b.labels.to(device), mask = b.mask.to(device);
     torch::Tensor loss;
     {
-      const int64_t rss0 = rss_bytes(), held0 = kit::memory::cpu_bytes_now();
+      const int64_t rss0 = kit::memory::rss_bytes(), held0 = kit::memory::cpu_bytes_now();
       loss = kit::masked_cross_entropy(model->forward(idx), labels, mask);
       activation_bytes = std::max(activation_bytes, kit::memory::cpu_bytes_now() - held0);
-      rss_rise = std::max(rss_rise, rss_bytes() - rss0);
+      rss_rise = std::max(rss_rise, kit::memory::rss_bytes() - rss0);
     }
     loss.backward();
     int64_t after_backward = 0;  // every variant: all of this rank's gradients, before the step
@@ -274,7 +215,7 @@ int worker_main(const ZeroRunOptions& o, int rank, int W, const std::string& lau
     // What this rank keeps between steps (measured once every step's tensors exist).
     if (k == 0) {
       if (adamw) {
-        optimizer_bytes = adamw_state_bytes(*adamw);
+        optimizer_bytes = kit::adamw_state_bytes(*adamw);
         for (const auto& p : params) gradient_bytes += bytes_of(p.grad());
       } else {
         optimizer_bytes = zero->state_bytes();
@@ -283,31 +224,26 @@ int worker_main(const ZeroRunOptions& o, int rank, int W, const std::string& lau
     }
     peak_tensor_bytes = std::max(peak_tensor_bytes, kit::memory::cpu_bytes_peak());
     losses.push_back(loss.item<double>());
-    step_seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    if (rank == 0 && o.run.train.progress)
-      std::cout << "step " << k << "  loss " << losses.back() << "  " << step_seconds.back() << " s" << std::endl;
+    const double seconds = timer.stop();
+    if (rank == 0 && o.run.train.progress) kit::print_step(k, losses.back(), seconds);
   }
-  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_timed).count();
+  timer.finish();
   const kit::dist::Counters c = world.counters();  // the timed steps only
 
   if (!o.run.out.empty()) {
-    const int64_t timed_steps = o.steps - warmup;
-    const int64_t B = o.run.train.batch_size, T = o.run.data.seq_len;
+    const double per = static_cast<double>(timer.timed_steps());
     const double n = W, ring = 2.0 * (n - 1) / n;
-    const double ar_bytes = static_cast<double>(c.all_reduce_bytes) / timed_steps;
-    const double send_bytes = static_cast<double>(c.send_bytes) / timed_steps;
-    const std::vector<double> timed(step_seconds.begin() + warmup, step_seconds.end());
+    const double ar_bytes = static_cast<double>(c.all_reduce_bytes) / per;
+    const double send_bytes = static_cast<double>(c.send_bytes) / per;
     const double p4 = 4.0 * static_cast<double>(P);
     const double f_grads = stage == 2 ? p4 / n : p4, f_state = stage == 0 ? 2 * p4 : 2 * p4 / n;
-    nlohmann::json m = {
-        {"program", "run_zero"}, {"optimizer", o.optimizer}, {"zero_stage", stage}, {"preset", o.run.preset},
-        {"n_layer", cfg.n_layer}, {"n_head", cfg.n_head}, {"n_embd", cfg.n_embd}, {"vocab_size", cfg.vocab_size},
-        {"world_size", W}, {"rank", rank}, {"backend", o.backend}, {"launcher", launcher},
-        {"batch_size_per_rank", B}, {"global_batch_size", B * W}, {"seq_len", T}, {"steps", o.steps},
-        {"warmup", warmup}, {"lr", o.run.train.lr}, {"weight_decay", o.weight_decay},
-        {"threads", o.run.train.threads}, {"step_seconds", step_seconds}, {"timed_step_seconds", timed},
-        {"training_time", wall},
-        {"tokens_per_sec", wall > 0 ? static_cast<double>(timed_steps * B * T) / wall : 0.0},
+    // tokens_per_sec: this rank's rows only; the job's rate is the sum over the ranks.
+    nlohmann::json m = kit::run_metrics("run_zero", o.run, o.backend, me, timer, B * T);
+    m.erase("batch_size");
+    m.update({
+        {"optimizer", o.optimizer}, {"zero_stage", stage}, {"n_layer", cfg.n_layer}, {"n_head", cfg.n_head},
+        {"n_embd", cfg.n_embd}, {"vocab_size", cfg.vocab_size}, {"batch_size_per_rank", B},
+        {"global_batch_size", B * W}, {"weight_decay", o.weight_decay},
         {"tokens_per_sec_summed_over_ranks", false},
         {"losses", losses},
         {"parameter_count", P},
@@ -324,7 +260,7 @@ int worker_main(const ZeroRunOptions& o, int rank, int W, const std::string& lau
                       : "not measured: kit::memory counts CPU tensors only, and this rank computes on " +
                             device.str()},
         {"rss_forward_rise_bytes", rss_rise},
-        {"peak_rss_bytes", peak_rss_bytes()},
+        {"peak_rss_bytes", kit::memory::peak_rss_bytes()},
         {"formula_bytes",
          {{"parameters", p4}, {"gradients", f_grads}, {"optimizer_state", f_state},
           {"total", p4 + f_grads + f_state}}},
@@ -333,19 +269,11 @@ int worker_main(const ZeroRunOptions& o, int rank, int W, const std::string& lau
         {"comm_bytes_per_step", stage == 0 ? ring * ar_bytes : send_bytes},
         {"comm_bytes_counted", stage != 0},
         {"formula_all_reduce_comm_bytes_per_step", ring * p4},
-        {"comm_seconds_per_step", c.comm_seconds / timed_steps}};
+        {"comm_seconds_per_step", c.comm_seconds / per}});
     kit::write_rank_json(o.run.out, rank, W, m.dump(1));
   }
   kit::dist::destroy_process_group();
   return 0;
-}
-
-int launcher_main(const ZeroRunOptions& o) {
-  const int W = o.world_size;
-  check_options(o, W);  // a bad flag fails here, before any process
-  // With --world-size 1 the one rank runs in this process.
-  return kit::serve_and_start_ranks(W, o.port, "data-parallel ranks (" + o.backend + ", " + o.optimizer + ")",
-                                    [&] { return worker_main(o, 0, 1, "none"); });
 }
 
 }  // namespace
@@ -359,8 +287,6 @@ int main(int argc, char** argv) {
   o.run.train.batch_size = 8;
   o.run.data.seq_len = 64;
   o.run.out = "runs/zero/{world}/rank{rank}.json";
-  std::string presets;
-  for (const auto& n : kit::gpt2_preset_names()) presets += (presets.empty() ? "" : ", ") + n;
   app.add_option("--world-size,--world_size", o.world_size,
                  "Data-parallel ranks n the kit starts (under srun or torchrun: taken from there)")
       ->capture_default_str();
@@ -368,7 +294,7 @@ int main(int argc, char** argv) {
                  "adamw (plain data parallelism: all-reduce, then torch::optim::AdamW), zero1 (ZeroAdamW stage 1: "
                  "optimizer state sharded) or zero2 (stage 2: gradients sharded too)")
       ->capture_default_str();
-  app.add_option("--preset,--model", o.run.preset, "Model preset: " + presets)->capture_default_str();
+  kit::add_preset_option(app, o.run);
   app.add_option("--n-layer", o.n_layer, "Transformer blocks (default: the preset's)");
   app.add_option("--dropout", o.run.dropout, "Dropout probability (default: the preset's)");
   app.add_option("--batch-size", o.run.train.batch_size,
@@ -376,12 +302,10 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--seq-len", o.run.data.seq_len, "Tokens per row")->capture_default_str();
   app.add_option("--vocab-size", o.vocab, "Vocabulary of the synthetic tokens")->capture_default_str();
-  app.add_option("--steps", o.steps, "Batches, one optimizer step each")->capture_default_str();
-  app.add_option("--warmup", o.warmup, "The first W of the --steps batches are not timed (default 1; 0 when "
-                                       "--steps is 1)");
+  kit::add_step_options(app, o.steps, o.warmup, "Batches, one optimizer step each");
   app.add_option("--weight-decay", o.weight_decay, "AdamW's decoupled weight decay")->capture_default_str();
   kit::add_process_options(app, o.run, o.backend, o.port);
-  app.add_flag("!--no-progress", o.run.train.progress, "Do not print the loss of every step");
+  kit::add_no_progress_option(app, o.run);
   app.footer(
       "Metrics per rank (--out): tokens_per_sec (this rank's rows; sum over ranks for the job), losses, step "
       "seconds; bytes per rank counted from the tensors: parameter_bytes, gradient_bytes (kept between steps), "
@@ -392,9 +316,11 @@ int main(int argc, char** argv) {
       "zero2); communication per step per rank (send_bytes for the ring, all_reduce_bytes for adamw) against "
       "all-reduce's 2(n-1)/n x 4P.");
   return kit::guarded_main(argc, argv, app, [&] {
-    const bool world_size_given = app.count("--world-size") > 0;
-    return kit::launcher_or_worker(
-        world_size_given ? o.world_size : 0, [&] { return launcher_main(o); },
-        [&](const kit::WorldInfo& w) { return worker_main(o, w.rank, w.world_size, w.launcher_name()); });
+    // A bad flag fails in the launcher, before any process; with --world-size 1 the one rank
+    // runs in this process.
+    return kit::run_ranks(
+        app.count("--world-size") > 0 ? o.world_size : 0, o.world_size, o.port,
+        "data-parallel ranks (" + o.backend + ", " + o.optimizer + ")", [&] { check_options(o, o.world_size); },
+        [&](const kit::WorldInfo& w) { return worker_main(o, w); });
   });
 }
