@@ -1,11 +1,40 @@
 """Running the kit's programs from the benchmark scripts: one command at a time, echoed,
-timed, and a clear exit when it fails."""
+timed, and a clear exit when it fails; and what the scripts share around it: the options they
+have in common, the summary files, the tables of summary.md."""
+import argparse
 import json
 import os
 import shlex
 import subprocess
 import sys
 import time
+
+
+def argument_parser(doc, programs):
+    """A benchmark script's command line: doc (its docstring) as the description, and --build,
+    the directory holding programs (the kit's programs it runs)."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--build", default="build", help=f"directory holding {programs}")
+    return ap
+
+
+# The options several scripts take with one meaning: name: (flag, type, help).
+OPTIONS = {
+    "seq_len": ("--seq-len", int, None),
+    "steps": ("--steps", int, "timed steps"),
+    "warmup": ("--warmup", int, "steps before them, not timed"),
+    "threads": ("--threads", int, "intra-op threads per process"),
+    "timeout": ("--timeout", float, "seconds allowed per run"),
+    "out": ("--out", None, None),
+}
+
+
+def common_options(ap, **defaults):
+    """Adds the OPTIONS named, in the order given, each with its default: common_options(ap,
+    steps=5, warmup=2) adds --steps (default 5), then --warmup (default 2)."""
+    for name, default in defaults.items():
+        flag, kind, text = OPTIONS[name]
+        ap.add_argument(flag, type=kind, default=default, help=text)
 
 
 def run(cmd, timeout, targets):
@@ -24,6 +53,16 @@ def run(cmd, timeout, targets):
         sys.exit(f"error: {shlex.join(cmd)} exited with {p.returncode}:\n{tail}")
     print(f"  ({time.monotonic() - t0:.1f} s)", flush=True)
     return p.stdout
+
+
+def run_ranks(cmd, out, world, timeout, targets, extra=()):
+    """Runs cmd, one of the kit's programs that write a metrics file per rank, with --no-progress
+    --out OUT/rank{rank}.json and then extra appended (OUT made first); returns the files' paths
+    and their contents, rank 0 first."""
+    os.makedirs(out, exist_ok=True)
+    run(cmd + ["--no-progress", "--out", os.path.join(out, "rank{rank}.json")] + list(extra), timeout, targets)
+    paths = [os.path.join(out, f"rank{r}.json") for r in range(world)]
+    return paths, [json.load(open(f)) for f in paths]
 
 
 def last_json_line(text, what):
@@ -62,6 +101,13 @@ def run_plot_figures(args, flag, targets):
 def rel_diff(losses, ref):
     """The largest relative difference between two runs' losses, step by step."""
     return max(abs(a - b) / abs(b) if b else abs(a - b) for a, b in zip(losses, ref))
+
+
+def table_head(header, align):
+    """A summary.md table's first two lines: header ("| a | b |"), then the rule that aligns
+    column i left (align[i] "l": ---) or right ("r": ---:)."""
+    assert header.count("|") == len(align) + 1, (header, align)
+    return [header, "| " + " | ".join("---:" if a == "r" else "---" for a in align) + " |"]
 
 
 def checks_lines(checks):

@@ -154,10 +154,16 @@ def render_png(path, width, height, commands):
     return path
 
 
-def render_pngs(figures_dir, figures):
-    """render_png for each (file name, (width, height, commands)) into figures_dir: the caller
-    makes every script first, so a bad summary leaves no half of the figures."""
-    return [render_png(os.path.join(figures_dir, name), *figure) for name, figure in figures]
+def summary_figures(script, figures):
+    """A draw(runs_dir, figures_dir) for draw_figures: script's runs_dir/summary.json read once,
+    then render_png for each (file name, figure) of figures into figures_dir, figure(summary)
+    giving (width, height, commands). Every script is made before any is drawn, so a bad
+    summary leaves no half of the figures."""
+    def draw(runs_dir, figures_dir):
+        s = Summary(script, runs_dir)
+        made = [(name, figure(s)) for name, figure in figures]
+        return [render_png(os.path.join(figures_dir, name), *figure) for name, figure in made]
+    return draw
 
 
 def figure_options(ap):

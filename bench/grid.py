@@ -43,12 +43,11 @@ summary.json, the input of a planner that predicts these numbers:
   checks     [{name, goal, value, status: PASS | MISS}]
 Python 3 standard library only.
 """
-import argparse
-import json
 import os
 import sys
 
-from bench_process import checks_lines, command_line, rel_diff, run, write_summary
+from bench_process import (argument_parser, checks_lines, command_line, common_options, rel_diff, run_ranks, table_head,
+                           write_summary)
 from gnuplot_png import (BAR_STYLE, Summary, bar_panel, draw_figures, figure_options, inline, quote, render_png,
                          stacked, tics)
 
@@ -59,8 +58,7 @@ MIB = 2**20
 
 
 def parse_args(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--build", default="build", help="directory holding run_3d")
+    ap = argument_parser(__doc__, "run_3d")
     ap.add_argument("--presets", "--preset", nargs="+", default=["cpu-small"], dest="presets")
     ap.add_argument("--world-size", type=int, default=4, help="W: every d x p x t = W is run")
     ap.add_argument("--grids", default="", help='instead: these grids, e.g. "2,1,1 1,2,1 1,1,2" (d,p,t each)')
@@ -70,11 +68,7 @@ def parse_args(argv=None):
     ap.add_argument("--seq-len", type=int, default=128)
     ap.add_argument("--vocab-size", type=int, default=1000, help="synthetic tokens (t must divide it)")
     ap.add_argument("--schedule", default="1f1b", choices=["gpipe", "1f1b"])
-    ap.add_argument("--steps", type=int, default=20, help="timed steps")
-    ap.add_argument("--warmup", type=int, default=2, help="steps before them, not timed")
-    ap.add_argument("--threads", type=int, default=1, help="intra-op threads per process")
-    ap.add_argument("--timeout", type=float, default=600, help="seconds allowed per run")
-    ap.add_argument("--out", default="runs/grid")
+    common_options(ap, steps=20, warmup=2, threads=1, timeout=600, out="runs/grid")
     figure_options(ap)
     return ap.parse_args(argv)
 
@@ -108,18 +102,12 @@ def label(d, p, t):
 
 
 def grid_run(args, preset, d, p, t):
-    out = os.path.join(args.out, preset, f"d{d}p{p}t{t}")
-    os.makedirs(out, exist_ok=True)
     cmd = [os.path.join(args.build, "run_3d"), "--dp", str(d), "--pp", str(p), "--tp", str(t),
            "--chunks", str(args.chunks), "--schedule", args.schedule, "--preset", preset, "--dropout", "0",
            "--batch-size", str(args.batch_size), "--seq-len", str(args.seq_len), "--vocab-size", str(args.vocab_size),
-           "--threads", str(args.threads), "--steps", str(args.warmup + args.steps), "--warmup", str(args.warmup),
-           "--no-progress", "--out", os.path.join(out, "rank{rank}.json")]
-    if args.n_layer:
-        cmd += ["--n-layer", str(args.n_layer)]
-    run(cmd, args.timeout, TARGETS)
-    paths = [os.path.join(out, f"rank{r}.json") for r in range(d * p * t)]
-    ranks = [json.load(open(f)) for f in paths]
+           "--threads", str(args.threads), "--steps", str(args.warmup + args.steps), "--warmup", str(args.warmup)]
+    paths, ranks = run_ranks(cmd, os.path.join(args.out, preset, f"d{d}p{p}t{t}"), d * p * t, args.timeout, TARGETS,
+                             ["--n-layer", str(args.n_layer)] if args.n_layer else [])
     peaks = [m["peak_tensor_bytes"] for m in ranks]
     return {
         "preset": preset, "dp": d, "pp": p, "tp": t, "processes": d * p * t, "label": label(d, p, t),
@@ -180,9 +168,9 @@ def markdown(s):
            f"{st['chunks']} micro-batches per replica, {st['threads']} thread(s) per process, {st['steps']} timed steps "
            f"after {st['warmup']}; `{st['command']}`", "",
            f"machine: {s['machine']['note']}", "",
-           "| preset | grid | processes | tokens/s | step | comm data | comm tensor | comm pipeline | comm embedding "
-           "| peak tensors / rank | params / rank | final loss | loss vs 1,1,1 |",
-           "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+           *table_head("| preset | grid | processes | tokens/s | step | comm data | comm tensor | comm pipeline "
+                       "| comm embedding | peak tensors / rank | params / rank | final loss | loss vs 1,1,1 |",
+                       "ll" + "r" * 11)]
     for r in s["records"]:
         c = r["comm_s_per_step"]
         out.append(f"| {r['preset']} | {r['label']} | {r['processes']} | {r['tokens_per_s']:.0f} "

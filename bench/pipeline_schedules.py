@@ -28,13 +28,12 @@ then, per schedule,
 Writes OUT/summary.json (read by `plot_figures --pipeline-runs OUT`) and OUT/summary.md,
 and prints the tables. Python 3 standard library only.
 """
-import argparse
 import json
 import os
 import statistics
 import sys
 
-from bench_process import command_line, last_json_line, run, write_summary
+from bench_process import argument_parser, command_line, common_options, last_json_line, run, table_head, write_summary
 
 TARGETS = "bench run_pipeline_training schedule plot_figures"  # what the runs need built
 
@@ -42,19 +41,16 @@ SCHEDULES = [("gpipe", "GPipe", 1), ("1f1b", "1F1B", 1), ("interleaved", "interl
 
 
 def parse_args(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--build", default="build", help="directory holding bench, run_pipeline_training, schedule")
+    ap = argument_parser(__doc__, "bench, run_pipeline_training, schedule")
     ap.add_argument("--preset", default="cpu-small")
     ap.add_argument("--batch-size", type=int, default=32, help="the global batch, the same in every run")
     ap.add_argument("--seq-len", type=int, default=128)
     ap.add_argument("--chunks", type=int, default=8, help="micro-batches m")
     ap.add_argument("--stages", type=int, default=2, help="pipeline ranks p")
     ap.add_argument("--threads", type=int, default=1, help="intra-op threads per process (per stage in mp/pp)")
-    ap.add_argument("--steps", type=int, default=5, help="timed steps")
-    ap.add_argument("--warmup", type=int, default=2, help="steps before them, not timed")
+    common_options(ap, steps=5, warmup=2)
     ap.add_argument("--n-layer", type=int, default=0, help="blocks (0: the preset's; interleaved needs 2p)")
-    ap.add_argument("--timeout", type=float, default=900, help="seconds allowed per run")
-    ap.add_argument("--out", default="runs/pipeline_training")
+    common_options(ap, timeout=900, out="runs/pipeline_training")
     return ap.parse_args(argv)
 
 
@@ -225,12 +221,11 @@ def markdown(s):
     out = [f"{st['preset']}, global batch {st['batch_size']} x {st['seq_len']} tokens, m = {st['microbatches']}, "
            f"p = {st['stages']}, {st['threads']} thread(s) per process, {st['steps']} timed steps after "
            f"{st['warmup']}; {st['cores']} cores", "",
-           "| run | processes | tokens/s |", "| --- | ---: | ---: |"]
+           *table_head("| run | processes | tokens/s |", "lrr")]
     for r in s["throughput"]:
         out.append(f"| {r['label'].replace(chr(10), ' ')} | {r['processes']} | {r['tokens_per_s']:.0f} ± {r['tokens_per_s_std']:.0f} |")
-    out += ["", "| schedule | measured step | F per stage | B per stage | comm | predicted (comm 0) | ratio "
-            "| predicted (comm) | ratio | in receives |",
-            "| --- | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    out += ["", *table_head("| schedule | measured step | F per stage | B per stage | comm | predicted (comm 0) "
+                            "| ratio | predicted (comm) | ratio | in receives |", "lrll" + "r" * 6)]
     for x in s["schedules"]:
         ms = lambda v: f"{1e3 * v:.1f}"
         out.append(f"| {x['name']} | {ms(x['measured_step_s'])} ms | {', '.join(ms(v) for v in x['forward_per_stage_s'])} "
@@ -242,8 +237,8 @@ def markdown(s):
     if not mem["measured"]:
         out.append(f"memory: {mem['why']}")
     else:
-        out += ["| rank | GPipe kept | 1F1B kept | 1F1B / GPipe | (p - r) / m | GPipe peak | 1F1B peak | peak ratio |",
-                "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+        out += table_head("| rank | GPipe kept | 1F1B kept | 1F1B / GPipe | (p - r) / m | GPipe peak | 1F1B peak "
+                          "| peak ratio |", "r" * 8)
         for r in mem["per_rank"]:
             out.append(f"| {r['rank']} | {mib(r['gpipe_kept_bytes'])} | {mib(r['1f1b_kept_bytes'])} | {r['ratio']:.3f} "
                        f"| {r['expected']:.3f} | {mib(r['gpipe_peak_bytes'])} | {mib(r['1f1b_peak_bytes'])} "

@@ -78,8 +78,8 @@ import re
 import subprocess
 import sys
 
-from bench_process import checks_lines, command_line, last_json_line, run, write_summary
-from gnuplot_png import Summary, draw_figures, figure_options, inline, legend, quote, render_pngs, rgb, tics
+from bench_process import checks_lines, command_line, last_json_line, run, table_head, write_summary
+from gnuplot_png import draw_figures, figure_options, inline, legend, quote, rgb, summary_figures, tics
 
 TARGETS = "plan bench run_collectives"  # what the script needs built
 SPEARMAN_GOAL = 0.9
@@ -340,9 +340,8 @@ def markdown(s):
            f"{g['batch_size']} x {g['seq_len']} tokens, {g['schedule']} with {g['chunks']} micro-batches per replica, "
            f"{g['threads']} thread(s) per process); `{st['command']}`", "",
            f"machine: {m['note']}", "",
-           "| W (devices) | FLOP/s per device | shared by the node | memory per device | link bandwidth | link latency "
-           "| link fit rms / max |",
-           "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+           *table_head("| W (devices) | FLOP/s per device | shared by the node | memory per device | link bandwidth "
+                       "| link latency | link fit rms / max |", "r" * 7)]
     for d in s["descriptions"]:
         fit = d["link_fit"]
         err = "(not used)" if fit is None else f"{100 * fit['rms_relative']:.0f} % / {100 * fit['max_relative']:.0f} %"
@@ -350,9 +349,8 @@ def markdown(s):
         out.append(f"| {d['devices']} | {d['flops'] / 1e9:.1f} G | {shared} "
                    f"| {d['memory_bytes'] / 2**30:.1f} GiB | {d['link']['bandwidth'] / 1e9:.2f} GB/s | "
                    f"{1e6 * d['link']['latency']:.1f} us | {err} |")
-    out += ["", "| grid | measured | predicted | error | measured rank | predicted rank | compute | tensor | p2p "
-                "| pipeline | data | bubble |",
-            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    out += ["", *table_head("| grid | measured | predicted | error | measured rank | predicted rank | compute | tensor "
+                            "| p2p | pipeline | data | bubble |", "l" + "r" * 11)]
     for r in s["records"]:
         t = r["terms"]
         out.append(f"| {r['label']}{' (reference)' if r['reference'] else ''} | {ms(r['measured_s'])} "
@@ -373,8 +371,7 @@ def markdown(s):
     for c in s["clusters"]:
         out += [f"{c['name']}: {c['cluster']}, {c['model']}, batch {c['batch']} x {c['seq_len']} tokens, "
                 f"{c['found']} that fit, the best {len(c['strategies'])}:", "",
-                "| # | strategy | step | pipeline | data | bubble | memory / rank |",
-                "| ---: | --- | ---: | ---: | ---: | ---: | ---: |"]
+                *table_head("| # | strategy | step | pipeline | data | bubble | memory / rank |", "rl" + "r" * 5)]
         for k, x in enumerate(c["strategies"]):
             out.append(f"| {k + 1} | {x['label']} | {ms(x['total_s'])} | {ms(x['pipeline_s'])} | {ms(x['data_s'])} "
                        f"| {100 * x['bubble']:.1f} % | {x['memory_bytes']['total'] / 2**30:.2f} GiB |")
@@ -479,11 +476,9 @@ def clusters_figure(s):
     return 1000 * cols, 110 + rows * (200 + 45 * tallest), script + "unset multiplot\n"
 
 
-def draw(runs_dir, figures_dir):
-    """planner_accuracy.png and planner_clusters.png from runs_dir/summary.json, both read before either is drawn."""
-    s = Summary("bench/planner.py", runs_dir)
-    return render_pngs(figures_dir, [("planner_accuracy.png", accuracy_figure(s)),
-                                     ("planner_clusters.png", clusters_figure(s))])
+# planner_accuracy.png and planner_clusters.png from runs_dir/summary.json, both read before either is drawn.
+draw = summary_figures("bench/planner.py", [("planner_accuracy.png", accuracy_figure),
+                                            ("planner_clusters.png", clusters_figure)])
 
 
 def main(argv=None):

@@ -27,12 +27,11 @@ Writes OUT/summary.json and OUT/summary.md, prints the tables, and draws
 OUT/figures/tp_throughput_communication.png with gnuplot (--no-figures: skip; --redraw: only
 draw it again from OUT/summary.json, --figures DIR: into DIR). Python 3 standard library only.
 """
-import argparse
-import json
 import os
 import sys
 
-from bench_process import command_line, last_json_line, run, write_summary
+from bench_process import (argument_parser, command_line, common_options, last_json_line, run, run_ranks, table_head,
+                           write_summary)
 from gnuplot_png import BAR_STYLE, Summary, bar_panel, draw_figures, figure_options, quote, render_png
 
 TARGETS = "run_tensor_parallel bench"  # what the runs need built
@@ -43,33 +42,23 @@ T = 2  # the tensor-parallel size and the data-parallel ranks compared
 
 
 def parse_args(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--build", default="build", help="directory holding run_tensor_parallel and bench")
+    ap = argument_parser(__doc__, "run_tensor_parallel and bench")
     ap.add_argument("--presets", nargs="+", default=["cpu-small", "cpu-base"])
     ap.add_argument("--n-head", type=int, default=0, help="override the presets' heads (0: theirs; t must divide it)")
     ap.add_argument("--batch-size", type=int, default=16, help="the global batch, the same in every run")
     ap.add_argument("--seq-len", type=int, default=128)
     ap.add_argument("--vocab-size", type=int, default=1000)
-    ap.add_argument("--threads", type=int, default=1, help="intra-op threads per process")
-    ap.add_argument("--steps", type=int, default=5, help="timed steps")
-    ap.add_argument("--warmup", type=int, default=2, help="steps before them, not timed")
-    ap.add_argument("--timeout", type=float, default=900, help="seconds allowed per run")
-    ap.add_argument("--out", default="runs/tensor_parallel")
+    common_options(ap, threads=1, steps=5, warmup=2, timeout=900, out="runs/tensor_parallel")
     figure_options(ap)
     return ap.parse_args(argv)
 
 
 def tp_run(args, preset, t):
-    d = os.path.join(args.out, preset, f"tp{t}")
-    os.makedirs(d, exist_ok=True)
     cmd = [os.path.join(args.build, "run_tensor_parallel"), "--world-size", str(t), "--preset", preset,
            "--batch-size", str(args.batch_size), "--seq-len", str(args.seq_len), "--vocab-size", str(args.vocab_size),
-           "--threads", str(args.threads), "--steps", str(args.warmup + args.steps), "--warmup", str(args.warmup),
-           "--no-progress", "--out", os.path.join(d, "rank{rank}.json")]
-    if args.n_head:
-        cmd += ["--n-head", str(args.n_head)]
-    run(cmd, args.timeout, TARGETS)
-    ranks = [json.load(open(os.path.join(d, f"rank{r}.json"))) for r in range(t)]
+           "--threads", str(args.threads), "--steps", str(args.warmup + args.steps), "--warmup", str(args.warmup)]
+    _, ranks = run_ranks(cmd, os.path.join(args.out, preset, f"tp{t}"), t, args.timeout, TARGETS,
+                         ["--n-head", str(args.n_head)] if args.n_head else [])
     r0 = ranks[0]
     return {
         "tokens_per_s": min(m["tokens_per_sec"] for m in ranks),
@@ -132,8 +121,8 @@ def markdown(s):
            f"{st['steps']} timed steps after {st['warmup']}; {st['cores']} cores", ""]
     for p in s["presets"]:
         out += [f"### {p['preset']} ({p['n_layer']} layers, n_embd {p['n_embd']}, {p['n_head']} heads)", "",
-                "| run | processes | tokens/s | step | comm / step | all-reduced / step | params / rank | AdamW state / rank |",
-                "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+                *table_head("| run | processes | tokens/s | step | comm / step | all-reduced / step | params / rank "
+                            "| AdamW state / rank |", "l" + "r" * 7)]
         for r in p["runs"]:
             ar = r.get("all_reduce_bytes_per_step", 0)
             out.append(f"| {r['label']} | {r['processes']} | {r['tokens_per_s']:.0f} | {1e3 * r['step_time_s']:.1f} ms "

@@ -43,13 +43,13 @@ terapipe_timeline.png. summary.json:
              L), prediction_error (every run within 10 %)
 Python 3 standard library only.
 """
-import argparse
 import json
 import os
 import statistics
 import sys
 
-from bench_process import checks_lines, command_line, last_json_line, rel_diff, run, run_plot_figures, write_summary
+from bench_process import (argument_parser, checks_lines, command_line, common_options, last_json_line, rel_diff, run,
+                           run_plot_figures, table_head, write_summary)
 
 TARGETS = "run_terapipe plot_figures"
 PREDICTION_GOAL = 0.10
@@ -58,8 +58,7 @@ DEPTHS = [1, 2, 4, 8, 16]
 
 
 def parse_args(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--build", default="build", help="directory holding run_terapipe and plot_figures")
+    ap = argument_parser(__doc__, "run_terapipe and plot_figures")
     ap.add_argument("--preset", default="cpu-small")
     ap.add_argument("--stages", type=int, default=2, help="pipeline stages K, one process each")
     ap.add_argument("--seq-lens", type=int, nargs="+", default=[128, 256, 512])
@@ -67,14 +66,11 @@ def parse_args(argv=None):
     ap.add_argument("--batch-size", type=int, default=2, help="rows per batch")
     ap.add_argument("--chunks", type=int, default=1, help="micro-batches m (each cut into the slices)")
     ap.add_argument("--vocab-size", type=int, default=1000)
-    ap.add_argument("--steps", type=int, default=10, help="timed steps")
-    ap.add_argument("--warmup", type=int, default=2, help="steps before them, not timed")
-    ap.add_argument("--threads", type=int, default=1, help="intra-op threads per process")
+    common_options(ap, steps=10, warmup=2, threads=1)
     ap.add_argument("--calibration", type=int, nargs="+", default=[1, 3, 6, 12, 24],
                     help="uniform slicings (slice counts) whose in-pipeline timings the latency model is fitted to")
     ap.add_argument("--profile-repeats", type=int, default=3, help="timings per (l, c) when profiling (median)")
-    ap.add_argument("--timeout", type=float, default=900, help="seconds allowed per run")
-    ap.add_argument("--out", default="runs/terapipe")
+    common_options(ap, timeout=900, out="runs/terapipe")
     ap.add_argument("--no-figures", action="store_true", help="do not run plot_figures")
     return ap.parse_args(argv)
 
@@ -216,18 +212,17 @@ def markdown(s):
     out = [f"{st['preset']}, {st['stages']} stages, batch {st['batch_size']} rows in {st['chunks']} micro-batch(es), "
            f"{st['threads']} thread(s) per process, {st['steps']} timed steps after {st['warmup']}; "
            f"`{st['command']}`", "", f"machine: {s['machine']['note']}", "",
-           "| L | t(l, c) calibrated in the pipeline | its fit error rms / max | the profile alone: fit error rms / max "
-           "| DP slicing at K = " + ", ".join(map(str, DEPTHS)) + " |",
-           "| ---: | --- | ---: | ---: | --- |"]
+           *table_head("| L | t(l, c) calibrated in the pipeline | its fit error rms / max "
+                       "| the profile alone: fit error rms / max "
+                       "| DP slicing at K = " + ", ".join(map(str, DEPTHS)) + " |", "rlrrl")]
     for x in s["lengths"]:
         m, e, iso = x["latency"]["model"], x["latency"]["fit_error"], x["isolated_profile"]["fit_error"]
         depth = "; ".join(f"{d['slices']}" for d in x["depth"])
         out.append(f"| {x['seq_len']} | {1e3 * m['a']:.3f} + {1e3 * m['b']:.4f} l + {1e6 * m['d']:.4f}e-3 l(c+l) ms "
                    f"| {100 * e['rms_relative']:.1f} % / {100 * e['max_relative']:.1f} % "
                    f"| {100 * iso['rms_relative']:.1f} % / {100 * iso['max_relative']:.1f} % | {depth} slices |")
-    out += ["", "| L | slicing | slices | measured | spread | predicted | error | profile alone predicts | its error "
-                "| step |",
-            "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    out += ["", *table_head("| L | slicing | slices | measured | spread | predicted | error | profile alone predicts "
+                            "| its error | step |", "rl" + "r" * 8)]
     for r in s["records"]:
         out.append(f"| {r['seq_len']} | {r['slicing']} | {r['slices']} | {1e3 * r['measured_s']:.1f} ms "
                    f"| {100 * r['spread']:.1f} % | {1e3 * r['predicted_s']:.1f} ms | {100 * r['prediction_error']:.1f} % "

@@ -29,13 +29,12 @@ ring_bandwidth.png with gnuplot (--no-figures: skip; --redraw: only draw them ag
 OUT/summary.json, --figures DIR: into DIR).
 Python 3 standard library only.
 """
-import argparse
 import json
 import os
 import sys
 
-from bench_process import command_line, run, write_summary
-from gnuplot_png import BAR_STYLE, Summary, draw_figures, figure_options, inline, quote, render_pngs, stacked, tics
+from bench_process import argument_parser, command_line, common_options, run, run_ranks, table_head, write_summary
+from gnuplot_png import BAR_STYLE, draw_figures, figure_options, inline, quote, stacked, summary_figures, tics
 
 TARGETS = "run_zero run_collectives"  # what the runs need built
 OPTIMIZERS = [("adamw", "DP"), ("zero1", "ZeRO-1"), ("zero2", "ZeRO-2")]
@@ -43,27 +42,23 @@ MIB = 2**20
 
 
 def parse_args(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--build", default="build", help="directory holding run_zero and run_collectives")
+    ap = argument_parser(__doc__, "run_zero and run_collectives")
     ap.add_argument("--presets", nargs="+", default=["cpu-base", "gpt2"])
     ap.add_argument("--world-size", type=int, default=2, help="data-parallel ranks n")
     ap.add_argument("--batch-size", type=int, default=8, help="rows per rank (presets other than gpt2)")
-    ap.add_argument("--seq-len", type=int, default=128)
-    ap.add_argument("--steps", type=int, default=3, help="timed steps")
-    ap.add_argument("--warmup", type=int, default=1, help="steps before them, not timed")
+    common_options(ap, seq_len=128, steps=3, warmup=1)
     ap.add_argument("--gpt2-batch-size", type=int, default=2, help="rows per rank for gpt2")
     ap.add_argument("--gpt2-seq-len", type=int, default=64)
     ap.add_argument("--gpt2-steps", type=int, default=2, help="timed steps for gpt2")
     ap.add_argument("--gpt2-warmup", type=int, default=1)
     ap.add_argument("--vocab-size", type=int, default=1000, help="synthetic tokens (gpt2 keeps its 50257 rows)")
-    ap.add_argument("--threads", type=int, default=1, help="intra-op threads per process")
+    common_options(ap, threads=1)
     ap.add_argument("--coll-min-bytes", default="1K")
     ap.add_argument("--coll-max-bytes", default="256M")
     ap.add_argument("--coll-warmup", type=int, default=5, help="untimed all-reduces per size (nccl-tests' default)")
     ap.add_argument("--coll-iters", type=int, default=20, help="timed all-reduces per size (nccl-tests' default)")
     ap.add_argument("--backend", default="gloo", choices=["gloo", "nccl"])
-    ap.add_argument("--timeout", type=float, default=1200, help="seconds allowed per run")
-    ap.add_argument("--out", default="runs/zero")
+    common_options(ap, timeout=1200, out="runs/zero")
     figure_options(ap)
     return ap.parse_args(argv)
 
@@ -77,15 +72,11 @@ def preset_settings(args, preset):
 
 def zero_run(args, preset, optimizer, label, st):
     n = args.world_size
-    d = os.path.join(args.out, preset, optimizer)
-    os.makedirs(d, exist_ok=True)
     cmd = [os.path.join(args.build, "run_zero"), "--world-size", str(n), "--optimizer", optimizer,
            "--preset", preset, "--batch-size", str(st["batch_size"]), "--seq-len", str(st["seq_len"]),
            "--vocab-size", str(args.vocab_size), "--threads", str(args.threads),
-           "--steps", str(st["warmup"] + st["steps"]), "--warmup", str(st["warmup"]), "--backend", args.backend,
-           "--no-progress", "--out", os.path.join(d, "rank{rank}.json")]
-    run(cmd, args.timeout, TARGETS)
-    ranks = [json.load(open(os.path.join(d, f"rank{r}.json"))) for r in range(n)]
+           "--steps", str(st["warmup"] + st["steps"]), "--warmup", str(st["warmup"]), "--backend", args.backend]
+    _, ranks = run_ranks(cmd, os.path.join(args.out, preset, optimizer), n, args.timeout, TARGETS)
     r0 = ranks[0]
     return {
         "name": optimizer, "label": label, "processes": n,
@@ -166,7 +157,7 @@ def mib(b):
 def markdown(s):
     st = s["settings"]
     out = [f"{st['world_size']} ranks ({st['backend']}), {st['threads']} thread(s) per process, {st['cores']} cores; "
-           f"`{st['command']}`", "", "### Goals", "", "| check | goal | measured | |", "| --- | --- | --- | --- |"]
+           f"`{st['command']}`", "", "### Goals", "", *table_head("| check | goal | measured | |", "llll")]
     for c in s["checks"]:
         out.append(f"| {c['name']} | {c['goal']} | {c['value']} | **{c['status']}** |")
     for p in s["presets"]:
@@ -174,9 +165,9 @@ def markdown(s):
                     f"parameters; {p['batch_size_per_rank']} rows x {p['seq_len']} tokens per rank, {p['steps']} timed "
                     f"steps after {p['warmup']})", "",
                 "Memory per rank in MiB (rank 0; counted from the tensors), the formula's beside it:", "",
-                "| run | params | grads | optimizer state | activations | params+grads+state | formula | peak tensors "
-                "| peak RSS | tokens/s (all ranks) | step | comm / step / rank | formula 2(n-1)/n 4P |",
-                "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+                *table_head("| run | params | grads | optimizer state | activations | params+grads+state | formula "
+                            "| peak tensors | peak RSS | tokens/s (all ranks) | step | comm / step / rank "
+                            "| formula 2(n-1)/n 4P |", "l" + "r" * 12)]
         for r in p["runs"]:
             m = r["memory_per_rank"][0]
             f = r["formula_bytes"]
@@ -192,9 +183,8 @@ def markdown(s):
     c = s["collectives"]
     out += ["", f"### All-reduce, {c['world_size']} ranks ({c['backend']}), float32, {c['warmup']} warmup + "
                 f"{c['iters']} timed operations per size (the slowest rank's mean)", "",
-            "| size | ring | built-in | ring busbw | built-in busbw | ring / built-in | medians: ring / built-in "
-            "| ring sent / op |",
-            "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+            *table_head("| size | ring | built-in | ring busbw | built-in busbw | ring / built-in "
+                        "| medians: ring / built-in | ring sent / op |", "r" * 8)]
     for r in c["sizes"]:
         b = r["bytes"]
         size = f"{b // MIB} MiB" if b >= MIB else f"{b // 1024} KiB" if b >= 1024 else f"{b} B"
@@ -297,11 +287,8 @@ def bandwidth_figure(s):
                        "title \"built-in all-reduce (dist::all_reduce)\"\n" + inline(rows) * 2)
 
 
-def draw(runs_dir, figures_dir):
-    """zero_memory.png and ring_bandwidth.png from runs_dir/summary.json, both read before either is drawn."""
-    s = Summary("bench/zero.py", runs_dir)
-    return render_pngs(figures_dir, [("zero_memory.png", memory_figure(s)),
-                                     ("ring_bandwidth.png", bandwidth_figure(s))])
+# zero_memory.png and ring_bandwidth.png from runs_dir/summary.json, both read before either is drawn.
+draw = summary_figures("bench/zero.py", [("zero_memory.png", memory_figure), ("ring_bandwidth.png", bandwidth_figure)])
 
 
 def main(argv=None):
