@@ -124,6 +124,19 @@ function(kit_fetch_download name file_var reason_var)
   set(${file_var} "${file}" PARENT_SCOPE)
 endfunction()
 
+# kit_fetch_forbidden(<reason-var> <it>): sets <reason-var> to the switch that forbids
+# downloading <it> ("downloading is off (KIT_FETCH_DEPS=OFF)", ...), or empties it when
+# downloading is allowed.
+function(kit_fetch_forbidden reason_var it)
+  if(NOT KIT_FETCH_DEPS)
+    set(${reason_var} "downloading is off (KIT_FETCH_DEPS=OFF)" PARENT_SCOPE)
+  elseif(FETCHCONTENT_FULLY_DISCONNECTED)
+    set(${reason_var} "FETCHCONTENT_FULLY_DISCONNECTED=ON forbids downloading ${it}" PARENT_SCOPE)
+  else()
+    set(${reason_var} "" PARENT_SCOPE)
+  endif()
+endfunction()
+
 # kit_fetch_prepare(<name> <reason-var>): makes <name>'s pinned source available to
 # FetchContent (declared, not yet added). On failure sets <reason-var> to why, in words
 # for the error message; on success leaves it empty.
@@ -138,17 +151,13 @@ function(kit_fetch_prepare name reason_var)
     FetchContent_Declare(${name} URL "${first_url}" URL_HASH SHA256=${sha})
     return()
   endif()
-  if(NOT KIT_FETCH_DEPS)
-    set(${reason_var} "not installed, and downloading is off (KIT_FETCH_DEPS=OFF)" PARENT_SCOPE)
-    return()
-  endif()
-  if(FETCHCONTENT_FULLY_DISCONNECTED)
-    # FetchContent then skips its own steps and trusts an earlier configure's source tree.
-    if(EXISTS "${FETCHCONTENT_BASE_DIR}/${lc}-src")
+  kit_fetch_forbidden(forbidden it)
+  if(forbidden)
+    # Disconnected: FetchContent skips its own steps and trusts an earlier configure's sources.
+    if(KIT_FETCH_DEPS AND EXISTS "${FETCHCONTENT_BASE_DIR}/${lc}-src")
       FetchContent_Declare(${name} URL "${first_url}" URL_HASH SHA256=${sha})
     else()
-      set(${reason_var} "not installed, and FETCHCONTENT_FULLY_DISCONNECTED=ON forbids downloading it"
-          PARENT_SCOPE)
+      set(${reason_var} "not installed, and ${forbidden}" PARENT_SCOPE)
     endif()
     return()
   endif()
@@ -178,6 +187,19 @@ macro(kit_fetch_add name)
   message(STATUS "${name} ${KIT_DEP_${name}_VERSION}: downloaded (in ${${_kit_lc}_SOURCE_DIR})")
 endmacro()
 
+# kit_fetch_add_fetched(<name> [<variable> <value>]...): when <name> is one of KIT_FETCHED,
+# sets each <variable> (its project's build options) to <value>, then kit_fetch_add(<name>).
+macro(kit_fetch_add_fetched name)
+  if("${name}" IN_LIST KIT_FETCHED)
+    set(_kit_settings ${ARGN})
+    while(NOT "${_kit_settings}" STREQUAL "")
+      list(POP_FRONT _kit_settings _kit_variable _kit_value)
+      set(${_kit_variable} ${_kit_value})
+    endwhile()
+    kit_fetch_add(${name})
+  endif()
+endmacro()
+
 # kit_fetch_gloo_headers(<dir-var> <reason-var>): Gloo's pinned headers (see
 # KIT_DEP_gloo_headers above), unpacked once into the build directory; sets <dir-var> to the
 # directory that contains gloo/. On failure sets <reason-var> to why, else leaves it empty.
@@ -189,15 +211,10 @@ function(kit_fetch_gloo_headers dir_var reason_var)
     set(${dir_var} "${dir}/include" PARENT_SCOPE)
     return()
   endif()
-  if(NOT KIT_FETCH_DEPS)
-    set(${reason_var} "downloading is off (KIT_FETCH_DEPS=OFF)" PARENT_SCOPE)
-    return()
+  kit_fetch_forbidden(reason them)
+  if(NOT reason)
+    kit_fetch_download(gloo_headers deb reason)
   endif()
-  if(FETCHCONTENT_FULLY_DISCONNECTED)
-    set(${reason_var} "FETCHCONTENT_FULLY_DISCONNECTED=ON forbids downloading them" PARENT_SCOPE)
-    return()
-  endif()
-  kit_fetch_download(gloo_headers deb reason)
   if(reason)
     set(${reason_var} "${reason}" PARENT_SCOPE)
     return()
