@@ -3,13 +3,8 @@
 # assignment N. A student bundle carries Assignment 1's rubric and its own assignment's, and
 # grader/bundle.json with every assignment's list.
 # KIT_RUBRICS: the rubrics this tree has, in assignment order (tests/ labels cases from them).
-file(GLOB _kit_rubrics "${CMAKE_SOURCE_DIR}/grader/assignment*/rubric.json")
-set(KIT_RUBRICS "")
-foreach(_path ${_kit_rubrics})
-  if(_path MATCHES "/grader/assignment([0-9]+)/rubric.json$")
-    list(APPEND KIT_RUBRICS "${_path}")
-  endif()
-endforeach()
+file(GLOB KIT_RUBRICS "${CMAKE_SOURCE_DIR}/grader/assignment*/rubric.json")
+list(FILTER KIT_RUBRICS INCLUDE REGEX "/grader/assignment([0-9]+)/rubric.json$")
 # GLOB sorts by name: assignment10 would come before assignment2; order by number.
 list(SORT KIT_RUBRICS COMPARE NATURAL)
 if(NOT KIT_RUBRICS)
