@@ -13,16 +13,11 @@ EPOCHS=${EPOCHS:-3}       # the first is a warm-up and is dropped from the figur
 N_TRAIN=${N_TRAIN:-1280}  # 20 batches of 64 per epoch
 N_VALID=${N_VALID:-200}
 COMMON=(--preset "$PRESET" --epochs "$EPOCHS" --n-train "$N_TRAIN" --n-valid "$N_VALID" --threads 1 --no-progress)
-step() { printf '\n== [%s] %s\n' "$(date +%H:%M:%S)" "$*"; }
+# shellcheck source=scripts/job_steps.sh
+. scripts/job_steps.sh
 start=$(date +%s)
 
-step "1/7 packages"
-scripts/install_deps.sh
-# The reference solution where there is one (instructors); a student's bundle builds their own code.
-SOLUTION=$([ -d solution ] && echo ON || echo OFF)
-step "2/7 build (KIT_SOLUTION=$SOLUTION)"
-cmake -S . -B "$BUILD" -DKIT_SOLUTION="$SOLUTION" -DCMAKE_BUILD_TYPE=Release >/dev/null
-cmake --build "$BUILD" -j "$(scripts/jobs.sh)" --target run_data_parallel run_pipeline plot_figures doctor
+install_and_build 7 run_data_parallel run_pipeline plot_figures doctor
 
 step "3/7 what this machine can give: GEMM rate of one process, then of two at once"
 one=$("$BUILD/doctor" --gemm-only --seconds 2)

@@ -13,15 +13,11 @@ BUILD=${BUILD:-build}
 STEPS=${STEPS:-5}
 WARMUP=${WARMUP:-2}
 OUT=${OUT:-runs/pipeline_training}
-step() { printf '\n== [%s] %s\n' "$(date +%H:%M:%S)" "$*"; }
+# shellcheck source=scripts/job_steps.sh
+. scripts/job_steps.sh
 start=$(date +%s)
 
-step "1/4 packages"
-scripts/install_deps.sh
-SOLUTION=$([ -d solution ] && echo ON || echo OFF)
-step "2/4 build (KIT_SOLUTION=$SOLUTION)"
-cmake -S . -B "$BUILD" -DKIT_SOLUTION="$SOLUTION" -DCMAKE_BUILD_TYPE=Release >/dev/null
-cmake --build "$BUILD" -j "$(scripts/jobs.sh)" --target bench run_pipeline_training schedule plot_figures
+install_and_build 4 bench run_pipeline_training schedule plot_figures
 
 step "3/4 measure: single, model parallel, Pipe, GPipe, 1F1B, interleaved"
 rm -rf "$OUT"
