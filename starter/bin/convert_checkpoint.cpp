@@ -12,10 +12,10 @@
 #include <string>
 #include <vector>
 
+#include "app/cli.h"
 #include "kit/config.h"
 #include "kit/errors.h"
 #include "model/checkpoint.h"
-#include "project/cli.h"
 
 namespace {
 
@@ -73,8 +73,6 @@ int main(int argc, char** argv) {
                "weights). Reads torch.save files (dict or OrderedDict) and model.safetensors; writes torch.save "
                "files, which Python reads with torch.load."};
   std::string input, output, to, from = "auto", preset;
-  std::string presets;
-  for (const auto& n : kit::gpt2_preset_names()) presets += (presets.empty() ? "" : ", ") + n;
   app.add_option("input", input, "Checkpoint to read: .pt/.bin (torch.save) or .safetensors")->required();
   app.add_option("output", output, "File to write (torch.save's format)")->required();
   app.add_option("--to", to, "Layout to write: kit, or hf (Hugging Face GPT2LMHeadModel)")
@@ -84,7 +82,7 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "kit", "hf"}));
   app.add_option("--preset,--model", preset,
-                 "The model preset the checkpoint belongs to (" + presets +
+                 "The model preset the checkpoint belongs to (" + kit::preset_list() +
                      "); the vocabulary size comes from the file when the preset leaves it to the tokenizer")
       ->required();
   return kit::guarded_main(argc, argv, app, [&] {

@@ -14,9 +14,9 @@
 #include <string>
 #include <thread>
 
+#include "app/cli.h"
 #include "kit/compat.h"  // KIT_HAVE_GLOO, KIT_HAVE_NCCL
 #include "kit/gemm.h"
-#include "project/cli.h"
 #include "train/loop.h"
 
 namespace {

@@ -28,11 +28,11 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "app/cli.h"
 #include "data_parallel/dataset.h"
 #include "data_parallel/grad_buckets.h"
 #include "dist/dist.h"
 #include "dist/launch.h"
-#include "project/cli.h"
 #include "project/run_data_parallel.h"
 #include "train/loop.h"
 

@@ -15,9 +15,9 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "app/cli.h"
 #include "kit/errors.h"
 #include "pipeline/model_parallel.h"
-#include "project/cli.h"
 #include "train/loop.h"
 
 namespace {

@@ -17,13 +17,13 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "app/cli.h"
 #include "kit/errors.h"
 #include "pipeline/pipe.h"
 #include "pipeline/schedule.h"
 #include "pipeline_training/schedules.h"
 #include "pipeline_training/simulate.h"
 #include "pipeline_training/trace_events.h"
-#include "project/cli.h"
 // plots/ (LibTorch-free, built when gnuplot-iostream is found) is on the include path
 // exactly when this program is linked with it.
 #if __has_include("timeline_png.h")

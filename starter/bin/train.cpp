@@ -7,8 +7,8 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "app/cli.h"
 #include "model/checkpoint.h"
-#include "project/cli.h"
 #include "train/loop.h"
 
 int main(int argc, char** argv) {
