@@ -73,6 +73,7 @@
 
 #include "app/cli.h"
 #include "app/run.h"
+#include "data_parallel/flat_average.h"
 #include "dist/dist.h"
 #include "kit/memory.h"
 #include "model/gpt2.h"
@@ -121,22 +122,6 @@ void check_options(const ZeroRunOptions& o, int world_size) {
 
 int64_t bytes_of(const torch::Tensor& t) {
   return t.defined() ? t.numel() * static_cast<int64_t>(t.element_size()) : int64_t{0};
-}
-
-// Plain data parallelism's reduction: one all-reduce of all gradients, then / n.
-void average_gradients(const std::vector<torch::Tensor>& params, const kit::dist::Group& world) {
-  torch::NoGradGuard no_grad;
-  std::vector<torch::Tensor> flat;
-  for (const auto& p : params)
-    flat.push_back(p.grad().defined() ? p.grad().reshape({-1}) : torch::zeros({p.numel()}, p.options()));
-  torch::Tensor buffer = torch::cat(flat);
-  kit::dist::all_reduce(buffer, kit::dist::ReduceOp::SUM, world);
-  buffer.div_(world.size());
-  int64_t at = 0;
-  for (const auto& p : params) {
-    if (p.grad().defined()) p.mutable_grad().copy_(buffer.narrow(0, at, p.numel()).view(p.sizes()));
-    at += p.numel();
-  }
 }
 
 int worker_main(const ZeroRunOptions& o, const kit::WorldInfo& me) {
@@ -207,7 +192,7 @@ int worker_main(const ZeroRunOptions& o, const kit::WorldInfo& me) {
     for (const auto& p : params) after_backward += bytes_of(p.grad());
     gradient_peak_bytes = std::max(gradient_peak_bytes, after_backward);
     if (adamw) {
-      average_gradients(params, world);
+      kit::average_gradients_flat(params, world);
       adamw->step();
     } else {
       zero->step();
