@@ -1,20 +1,14 @@
-// plan: the AMP-style planner (Problem 8). It predicts the step time of every parallel
-// strategy of a cluster for a model and a batch, and prints the best few with the terms of
-// their cost (as a table, and as JSON with --json).
+// plan: the AMP-style planner (Problem 8): the predicted step time of every parallel strategy
+// of a cluster for a model and a batch, the best first (a table; --json writes them too).
 //
 //   ./build/plan --cluster starter/planner/clusters/a100_4x8.json --model gpt2 --batch 512 --seq-len 1024
 //   ./build/plan --cluster runs/planner/this_machine.json --model cpu-small --batch 16 --seq-len 128 \
 //                --grids "4,1,1 2,2,1 1,1,4" --micro-batches 4 --even      # predict given grids only
 //   ./build/plan --cluster my.json --model layers.json --schedules 1f1b,gpipe,interleaved --zero 0,1,2
 //
-// --model is a GPT-2 preset (kit/config.h; --vocab-size sets its vocabulary) or a JSON file of
-// layers (planner/model_spec.h). The cluster file's format is in planner/cluster.h.
-// Strategies that do not fit in memory are left out (--keep-infeasible lists them, marked).
+// Options: --help. Formats: planner/cluster.h (cluster), planner/model_spec.h (--model layers).
 #include <CLI/CLI.hpp>
-#include <nlohmann/json.hpp>
 
-#include <cstdio>
-#include <fstream>
 #include <iostream>
 #include <sstream>
 #include <set>
@@ -23,6 +17,7 @@
 #include <vector>
 
 #include "kit/errors.h"
+#include "planner/report.h"
 #include "planner/search.h"
 
 namespace pl = kit::planner;
@@ -85,36 +80,6 @@ bool wanted(const pl::Strategy& s, const std::string& grids) {
   return false;
 }
 
-std::string seconds(double s) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, s >= 1 ? "%.2f s" : "%.1f ms", s >= 1 ? s : s * 1e3);
-  return buf;
-}
-
-std::string gib(double b) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.2f GiB", b / (1 << 30));
-  return buf;
-}
-
-void print_table(const std::vector<pl::Cost>& costs, std::ostream& out) {
-  char line[512];
-  std::snprintf(line, sizeof line, "%-4s %-40s %5s %10s %10s %10s %10s %10s %10s %7s %10s %10s\n", "#", "strategy", "m",
-                "step", "pipeline", "data", "compute", "tensor", "p2p", "bubble", "memory", "of");
-  out << line;
-  for (size_t k = 0; k < costs.size(); ++k) {
-    const pl::Cost& c = costs[k];
-    std::snprintf(line, sizeof line, "%-4zu %-40s %5lld %10s %10s %10s %10s %10s %10s %6.1f%% %10s %10s%s\n", k + 1,
-                  c.strategy.label().c_str(), static_cast<long long>(c.micro_batches), seconds(c.total).c_str(),
-                  seconds(c.pipeline).c_str(), seconds(c.data).c_str(), seconds(c.compute).c_str(),
-                  seconds(c.tensor).c_str(), seconds(c.p2p).c_str(), 100 * c.bubble, gib(c.memory.total()).c_str(),
-                  gib(c.memory_limit).c_str(), c.fits ? "" : "  does not fit");
-    out << line;
-  }
-  out << "step: predicted seconds per step; compute, tensor (all-reduces), p2p (sends): the slowest stage's, per "
-         "micro-batch; memory: the rank closest to its device's limit\n";
-}
-
 int run(const Options& o) {
   const pl::Cluster cluster = pl::read_cluster(o.cluster);
   const pl::ModelSpec model = pl::read_model(o.model, o.seq_len, o.shape);
@@ -135,17 +100,8 @@ int run(const Options& o) {
     std::cout << "none: no strategy " << (o.grids.empty() ? "" : "of --grids ") << "fits in the devices' memory with "
               << "these options; try ZeRO (--zero 0,1,2), smaller micro-batches, or --keep-infeasible to see why\n";
   else
-    print_table(costs, std::cout);
-  if (!o.json_out.empty()) {
-    nlohmann::json j = {{"cluster", pl::to_json(cluster)},
-                        {"model", o.model},
-                        {"batch", o.batch},
-                        {"seq_len", o.seq_len},
-                        {"strategies", nlohmann::json::array()}};
-    for (const auto& c : costs) j["strategies"].push_back(pl::to_json(c));
-    std::ofstream f(o.json_out);
-    if (!(f << j.dump(1) << "\n")) throw kit::Error("cannot write " + o.json_out);
-  }
+    pl::print_cost_table(costs, std::cout);
+  if (!o.json_out.empty()) pl::write_costs_json(o.json_out, cluster, o.model, o.batch, o.seq_len, costs);
   return 0;
 }
 
