@@ -1,29 +1,24 @@
-// schedule: print a pipeline schedule. Without --kind, the clock-cycle schedule of
-// Assignment 1 (Problem 2.1's clock_cycles) for m micro-batches on n partitions, as a table
-// or as JSON. With --kind, a training schedule of Assignment 2 (Problem 3.1: gpipe, 1f1b,
-// interleaved) on p ranks, replayed by the simulator: its timeline as a table, as JSON, or
-// drawn as a PNG, or written as a Chrome trace for Perfetto (--trace). --timeline-json shows a
-// timeline saved earlier (simulated or measured). No tensors involved.
+// schedule: print a pipeline schedule, no tensors. Without --kind, Assignment 1's clock-cycle
+// table (Problem 2.1); with --kind, a training schedule of Assignment 2 (Problem 3.1) replayed
+// by the simulator, as a table, JSON, a PNG or a Chrome trace; --timeline-json shows a saved one.
 //   ./build/schedule -m 4 -n 3
-//   ./build/schedule -m 8 -n 4 --json
-//   ./build/schedule --kind 1f1b -p 4 -m 8
 //   ./build/schedule --kind interleaved -p 4 -m 8 -v 2 --png interleaved.png
-//   ./build/schedule --kind 1f1b -p 2 -m 8 --forward-per-stage 0.02,0.03 --backward-per-stage 0.04,0.06 --json
 //   ./build/schedule --kind 1f1b -p 4 -m 8 --trace runs/1f1b.trace.json   # open in ui.perfetto.dev
 //   ./build/schedule --timeline-json measured.json --png measured.png
+// Options: --help; formats: pipeline_training/simulate.h, pipeline_training/trace_events.h.
 #include <CLI/CLI.hpp>
 #include <cstdio>
-#include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
 #include "app/cli.h"
 #include "kit/errors.h"
+#include "kit/trace.h"
 #include "pipeline/pipe.h"
 #include "pipeline/schedule.h"
 #include "pipeline_training/schedules.h"
 #include "pipeline_training/simulate.h"
-#include "pipeline_training/trace_events.h"
+#include "pipeline_training/timeline_report.h"
 // plots/ (LibTorch-free, built when gnuplot-iostream is found) is on the include path
 // exactly when this program is linked with it.
 #if __has_include("timeline_png.h")
@@ -32,39 +27,6 @@
 #endif
 
 namespace {
-
-// Assignment 1: the clock-cycle table (unchanged).
-int print_clock_cycles(int64_t m, int64_t n, bool json) {
-  const kit::Schedule schedule = kit::clock_cycles(m, n);
-  if (json) {
-    std::cout << kit::schedule_to_json(schedule, m, n).dump() << "\n";
-    return 0;
-  }
-  std::cout << m << " micro-batches on " << n << " partitions: " << schedule.size() << " clocks (m + n - 1 = "
-            << m + n - 1 << "); (i,j) is micro-batch i on partition j\n\n"
-            << kit::format_schedule_table(schedule, n);
-  // Forward-only GPipe with equal stages: m * n busy slots out of (m + n - 1) * n.
-  const double busy = static_cast<double>(m) / static_cast<double>(schedule.size());
-  std::cout << "\nevery partition is busy " << m << " of " << schedule.size() << " clocks (" << 100.0 * busy
-            << " %), idle " << 100.0 * (1 - busy) << " % (the bubble)\n";
-  return 0;
-}
-
-kit::pp::Timeline read_timeline(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw kit::Error("cannot read --timeline-json " + path + ": check the path");
-  nlohmann::json j;
-  try {
-    in >> j;
-  } catch (const nlohmann::json::exception& e) {
-    throw kit::Error("--timeline-json " + path + " is not valid JSON (" + e.what() + ")");
-  }
-  try {
-    return kit::pp::timeline_from_json(j);
-  } catch (const kit::Error& e) {
-    throw kit::Error("--timeline-json " + path + ": " + e.what());
-  }
-}
 
 void draw(const kit::pp::Timeline& t, const std::string& heading, const std::string& xlabel, const std::string& png) {
 #ifdef KIT_HAVE_PLOTS
@@ -97,14 +59,6 @@ struct Outputs {
   nlohmann::json trace_info;  // the trace's otherData: program, schedule, costs
 };
 
-// The timeline as a Chrome trace (kit/trace.h): one track per rank, time units as seconds.
-void write_trace(const kit::pp::Timeline& t, const Outputs& out) {
-  kit::trace::Trace trace = kit::pp::timeline_trace(t);
-  trace.other.update(out.trace_info);
-  kit::trace::write_chrome_trace(out.trace, trace, "--trace");
-  std::cerr << "wrote " << out.trace << " (open it in https://ui.perfetto.dev)\n";  // stderr: stdout may be JSON
-}
-
 void show(const kit::pp::Timeline& t, const std::string& heading, const std::string& xlabel, bool json,
           const Outputs& out) {
   if (json) {
@@ -113,7 +67,7 @@ void show(const kit::pp::Timeline& t, const std::string& heading, const std::str
     std::cout << heading << "\n\n" << kit::pp::format_timeline(t);
   }
   if (!out.png.empty()) draw(t, heading, xlabel, out.png);
-  if (!out.trace.empty()) write_trace(t, out);
+  if (!out.trace.empty()) kit::pp::write_timeline_trace(t, out.trace, out.trace_info, "--trace");
 }
 
 }  // namespace
@@ -160,7 +114,7 @@ int main(int argc, char** argv) {
       for (auto* o : {kind_opt, p_opt, v_opt, f_opt, b_opt, c_opt, fs_opt, bs_opt, n_opt})
         if (o->count() > 0) throw kit::Error(o->get_name() + " does not apply to --timeline-json: the file has the timeline");
       if (!out.trace.empty()) kit::trace::check_trace_path(out.trace, "--trace");
-      const kit::pp::Timeline t = read_timeline(timeline_json);
+      const kit::pp::Timeline t = kit::pp::read_timeline_file(timeline_json, "--timeline-json");
       const std::string heading = timeline_json + ": p = " + std::to_string(t.shape.ranks) + ", m = " +
                                   std::to_string(t.shape.microbatches) + ", v = " + std::to_string(t.shape.chunks);
       out.trace_info = {{"program", "schedule"}, {"timeline_json", timeline_json},
@@ -173,7 +127,10 @@ int main(int argc, char** argv) {
         if (o->count() > 0)
           throw kit::Error(o->get_name() + " needs --kind gpipe|1f1b|interleaved (without --kind this prints "
                            "Assignment 1's clock-cycle table of -m and -n)");
-      return print_clock_cycles(m, n, json);
+      const kit::Schedule schedule = kit::clock_cycles(m, n);
+      std::cout << (json ? kit::schedule_to_json(schedule, m, n).dump() + "\n"
+                         : kit::format_schedule_report(schedule, m, n));
+      return 0;
     }
     if (n_opt->count() > 0) throw kit::Error("-n is the clock-cycle table's; with --kind give the ranks as -p");
     if (!out.trace.empty()) kit::trace::check_trace_path(out.trace, "--trace");  // before the work
@@ -181,14 +138,7 @@ int main(int argc, char** argv) {
     if (k == kit::pp::ScheduleKind::Interleaved && v_opt->count() == 0 && p > 1) v = 2;
     const kit::pp::PipelineShape shape{p, m, v};
     const kit::pp::Timeline t = kit::pp::simulate(kit::pp::make_schedule(k, shape), shape, costs);
-    char c[160];
-    if (costs.forward_per_stage.empty() && costs.backward_per_stage.empty())
-      std::snprintf(c, sizeof c, "F = %g, B = %g, comm = %g", costs.forward, costs.backward, costs.comm);
-    else
-      std::snprintf(c, sizeof c, "per-stage F and B, comm = %g", costs.comm);
-    const std::string heading = kit::pp::to_string(k) + " schedule: p = " + std::to_string(p) + " ranks, m = " +
-                                std::to_string(m) + " micro-batches, v = " + std::to_string(v) + " chunk" +
-                                (v == 1 ? "" : "s") + " per rank (" + c + ")";
+    const std::string heading = kit::pp::simulated_heading(k, shape, costs);
     out.trace_info = {{"program", "schedule"}, {"schedule", kit::pp::to_string(k)}, {"world", p},
                       {"forward", costs.forward},  {"backward", costs.backward},        {"comm", costs.comm},
                       {"time_unit", "one unit of --forward/--backward, shown as one second"}};

@@ -67,4 +67,16 @@ nlohmann::json schedule_to_json(const Schedule& schedule, int64_t num_microbatch
   return {{"microbatches", num_microbatches}, {"partitions", num_partitions}, {"clocks", clocks}};
 }
 
+std::string format_schedule_report(const Schedule& s, int64_t m, int64_t n) {
+  std::ostringstream out;
+  out << m << " micro-batches on " << n << " partitions: " << s.size() << " clocks (m + n - 1 = " << m + n - 1
+      << "); (i,j) is micro-batch i on partition j\n\n"
+      << format_schedule_table(s, n);
+  // Forward-only GPipe with equal stages: m * n busy slots out of (m + n - 1) * n.
+  const double busy = static_cast<double>(m) / static_cast<double>(s.size());
+  out << "\nevery partition is busy " << m << " of " << s.size() << " clocks (" << 100.0 * busy << " %), idle "
+      << 100.0 * (1 - busy) << " % (the bubble)\n";
+  return out.str();
+}
+
 }  // namespace kit

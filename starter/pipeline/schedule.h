@@ -40,4 +40,8 @@ std::string format_schedule_table(const Schedule& s, int64_t num_partitions);
 // {"microbatches": m, "partitions": n, "clocks": [[[i, j], ...], ...]}
 nlohmann::json schedule_to_json(const Schedule& s, int64_t num_microbatches, int64_t num_partitions);
 
+// What `schedule -m M -n N` prints: a heading (clocks, m + n - 1), the table, and how busy
+// every partition is (m of the clocks for forward-only GPipe with equal stages) and the bubble.
+std::string format_schedule_report(const Schedule& s, int64_t num_microbatches, int64_t num_partitions);
+
 }  // namespace kit
