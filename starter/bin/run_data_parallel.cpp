@@ -1,34 +1,21 @@
-// run_data_parallel: data-parallel training of GPT-2 (Problem 1).
+// run_data_parallel: data-parallel training of GPT-2 (Problem 1). Without RANK or an srun step
+// in the environment it is the launcher: it starts --world-size copies of itself (the ranks),
+// each training on its partition with averaged gradients, and prints a summary.
 //
 //   ./build/run_data_parallel --world-size 2 --batch-size 128     # the kit starts 2 workers (Gloo, CPU)
 //   ./build/run_data_parallel --world-size 1 --batch-size 64      # the single-device baseline
 //   srun -n 4 ./build/run_data_parallel --backend nccl ...         # one rank per srun task
-//   torchrun-style: RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT set per process
 //   ./build/run_data_parallel --world-size 2 --bucket-mb 1         # all-reduce overlapped with backward
 //
-// Without RANK or an srun step in the environment the program is the launcher: it serves
-// the rendezvous on a free port (or --port), starts --world-size copies of itself, waits
-// for them and prints a summary. Each copy is one rank: it joins the process group, takes
-// its partition of the training set and trains with averaged gradients.
-//
-// Each rank writes its per-epoch metrics to --out, where {rank} and {world} are replaced
-// (a path without {rank} gets ".rank<r>" before its extension).
-//
-// --save-grads DIR --steps K (used by the tests): instead of training epochs, take K
-// steps and write DIR/rank<r>.pt (torch::pickle_save of a dict): "grad/<name>" = the
-// averaged gradient of the first step, "param/<name>" = the parameters after K steps,
-// "indices" = (K, per-rank batch) example indices, "partition" = every example index of
-// this rank's partition, "allreduce_bytes_step0" and
-// "allreduce_calls_step0" = what the first step all-reduced.
+// Options: --help; --out's {rank}, {world}: app/cli.h (rank_path); what --save-grads DIR
+// --steps K writes (the tests' record): data_parallel/across_ranks.h (record_steps).
 #include <torch/torch.h>
 
-#include <cmath>
-#include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
 #include "app/cli.h"
+#include "data_parallel/across_ranks.h"
 #include "data_parallel/dataset.h"
 #include "data_parallel/grad_buckets.h"
 #include "dist/dist.h"
@@ -51,71 +38,8 @@ struct DpOptions {
 };
 
 
-// Every rank must run the same number of steps, or one of them waits forever in an
-// all-reduce the others never join. Equal partitions guarantee it; check anyway.
-void check_same_on_all_ranks(int64_t value, const std::string& what) {
-  auto t = torch::tensor({static_cast<double>(value), -static_cast<double>(value)}, torch::kFloat64)
-               .to(kit::dist::device());
-  kit::dist::all_reduce(t, kit::dist::ReduceOp::MAX);
-  t = t.cpu();
-  const double hi = t[0].item<double>(), lo = -t[1].item<double>();
-  if (hi != lo)
-    throw kit::Error("the ranks disagree on the " + what + " (from " + std::to_string(static_cast<int64_t>(lo)) +
-                     " to " + std::to_string(static_cast<int64_t>(hi)) +
-                     "): every rank must take the same number of steps, give them equal partitions");
-}
-
-// Mean validation loss over all ranks' validation partitions.
-double global_validation_loss(const kit::ForwardFn& forward, torch::nn::Module& model, const kit::DataLoader& valid) {
-  double local = valid.num_examples() > 0 ? kit::evaluate(forward, model, valid) : 0.0;
-  auto t = torch::tensor({local * valid.num_examples(), static_cast<double>(valid.num_examples())}, torch::kFloat64)
-               .to(kit::dist::device());
-  kit::dist::all_reduce(t);
-  t = t.cpu();
-  const double n = t[1].item<double>();
-  return n > 0 ? t[0].item<double>() / n : std::nan("");
-}
-
-
 void save_step_file(const std::string& dir, int rank, const c10::Dict<std::string, torch::Tensor>& dict) {
   kit::write_file_atomically(dir + "/rank" + std::to_string(rank) + ".pt", torch::pickle_save(dict), "--save-grads");
-}
-
-// --save-grads: K steps through the same step as training, recording what the tests compare.
-void run_saved_steps(const DpOptions& o, int rank, int world_size, kit::GPT2& model, torch::optim::Optimizer& opt,
-                     const kit::DataLoader& loader, const kit::StepFn& step) {
-  if (o.steps < 1 || o.steps > loader.num_batches())
-    throw kit::Error("--steps " + std::to_string(o.steps) + " must be in 1.." + std::to_string(loader.num_batches()) +
-                     " (the batches in this rank's partition)");
-  c10::Dict<std::string, torch::Tensor> out;
-  std::vector<torch::Tensor> indices;
-  kit::dist::reset_counters();
-  for (int64_t k = 0; k < o.steps; ++k) {
-    kit::Batch batch = loader.batch(k);
-    step(batch);
-    indices.push_back(torch::tensor(batch.indices, torch::kInt64));
-    if (k == 0) {
-      const auto c = kit::dist::counters();
-      out.insert("allreduce_bytes_step0", torch::tensor(c.all_reduce_bytes, torch::kInt64));
-      out.insert("allreduce_calls_step0", torch::tensor(c.all_reduce_calls, torch::kInt64));
-      for (const auto& p : model->named_parameters())
-        out.insert("grad/" + p.key(), p.value().grad().defined() ? p.value().grad().detach().cpu().clone()
-                                                                 : torch::Tensor());
-    }
-  }
-  for (const auto& p : model->named_parameters()) out.insert("param/" + p.key(), p.value().detach().cpu().clone());
-  out.insert("indices", torch::stack(indices));
-  // The whole partition, not only the examples the K steps used: partitions that overlap
-  // where those steps did not look must still be caught.
-  std::vector<int64_t> partition;
-  for (int64_t k = 0; k < loader.num_batches(); ++k) {
-    const auto& idx = loader.batch(k).indices;
-    partition.insert(partition.end(), idx.begin(), idx.end());
-  }
-  out.insert("partition", torch::tensor(partition, torch::kInt64));
-  out.insert("rank", torch::tensor(static_cast<int64_t>(rank)));
-  out.insert("world_size", torch::tensor(static_cast<int64_t>(world_size)));
-  save_step_file(o.save_grads, rank, out);
 }
 
 int worker_main(const DpOptions& o, const kit::WorldInfo& world) {
@@ -157,7 +81,7 @@ int worker_main(const DpOptions& o, const kit::WorldInfo& world) {
   };
   kit::DataLoader train = kit::partition_dataset(rank, W, data.train, o.run.train.batch_size, to_device);  // 1.1
   kit::DataLoader valid = kit::partition_dataset(rank, W, data.valid, o.run.train.batch_size, to_device);
-  check_same_on_all_ranks(train.num_batches(), "number of training batches per epoch");
+  kit::check_same_on_all_ranks(train.num_batches(), "number of training batches per epoch");
   auto forward = [&](const torch::Tensor& x) { return model->forward(x); };
   std::unique_ptr<kit::GradBuckets> buckets;
   if (o.bucket_mb > 0) buckets = std::make_unique<kit::GradBuckets>(*model, static_cast<int64_t>(o.bucket_mb * (1 << 20)));
@@ -170,7 +94,7 @@ int worker_main(const DpOptions& o, const kit::WorldInfo& world) {
     throw kit::Error("rank " + std::to_string(rank) + " fails on purpose (--fail-rank " + std::to_string(rank) + ")");
 
   if (!o.save_grads.empty()) {
-    run_saved_steps(o, rank, W, model, *optimizer, train, step);
+    save_step_file(o.save_grads, rank, kit::record_steps(o.steps, rank, W, *model, train, step));
     kit::dist::destroy_process_group();
     return 0;
   }
@@ -189,7 +113,7 @@ int worker_main(const DpOptions& o, const kit::WorldInfo& world) {
   std::vector<kit::EpochMetrics> epochs;
   for (int64_t e = 1; e <= tc.epochs; ++e) {
     auto m = kit::train_epoch(step, *model, train, W, e, tc, rank);
-    m.valid_loss = global_validation_loss(forward, *model, valid);
+    m.valid_loss = kit::global_validation_loss(forward, *model, valid);
     if (rank == 0)
       std::cout << "epoch " << e << "  rank 0: train loss " << m.train_loss << "  validation loss " << m.valid_loss
                 << "  time " << m.train_time_s << " s  " << m.tokens_per_s << " tokens/s" << std::endl;
@@ -213,32 +137,6 @@ int worker_main(const DpOptions& o, const kit::WorldInfo& world) {
   return 0;
 }
 
-// After a successful run: the Problem 1.3 numbers. The first epoch is dropped when there
-// are more (warm-up); training time is averaged over ranks, tokens/s summed over ranks.
-void print_summary(const DpOptions& o, int W) {
-  std::vector<nlohmann::json> ranks;
-  for (int r = 0; r < W; ++r) {
-    std::ifstream f(kit::rank_path(o.run.out, r, W));
-    if (!f) return;
-    ranks.push_back(nlohmann::json::parse(f));
-  }
-  const size_t n_epochs = ranks[0]["epochs"].size();
-  if (n_epochs == 0) return;
-  const size_t first = n_epochs > 1 ? 1 : 0;
-  double time = 0, tps = 0;
-  for (size_t e = first; e < n_epochs; ++e) {
-    for (const auto& r : ranks) {
-      time += r["epochs"][e]["training_time"].get<double>() / W;
-      tps += r["epochs"][e]["tokens_per_sec"].get<double>();
-    }
-  }
-  const double k = static_cast<double>(n_epochs - first);
-  std::cout << "world size " << W << ": training time " << time / k << " s per epoch (mean over ranks), "
-            << tps / k << " tokens/s (sum over ranks), over " << (n_epochs - first) << " epoch(s)"
-            << (first ? " after the first" : "") << "\nmetrics: " << kit::rank_path(o.run.out, 0, W)
-            << (W > 1 ? " ..." : "") << std::endl;
-}
-
 int launcher_main(const DpOptions& o) {
   const int W = o.world_size;
   if (W < 1) throw kit::Error("--world-size must be at least 1 (got " + std::to_string(W) + ")");
@@ -252,8 +150,10 @@ int launcher_main(const DpOptions& o) {
   std::cout << "starting " << W << " worker" << (W > 1 ? "s" : "") << " (" << o.backend << "), rendezvous at "
             << server.rendezvous().master_addr << ":" << server.rendezvous().master_port << std::endl;
   kit::launch_workers(W, server.rendezvous());  // Problem 1.2
+  std::vector<std::string> rank_files;
+  for (int r = 0; r < W; ++r) rank_files.push_back(kit::rank_path(o.run.out, r, W));
   if (o.save_grads.empty())
-    print_summary(o, W);
+    kit::print_world_summary(rank_files);
   else
     std::cout << "saved " << W << " rank file(s) in " << o.save_grads << std::endl;
   return 0;
