@@ -90,10 +90,9 @@ std::vector<int64_t> slicing_of(const TeraOptions& o) {
   });
 }
 
-// The pipeline time --latency predicts for the slicing: m * sum + (K - 1) * max (-1: none).
-double predicted_seconds(const TeraOptions& o, const std::vector<int64_t>& lengths) {
-  if (o.latency.empty()) return -1;
-  const tp::Slicing s = tp::evaluate(lengths, o.run.data.seq_len, tp::read_latency_model(o.latency).latency());
+// The pipeline time the latency model predicts for the slicing: m * sum + (K - 1) * max.
+double predicted_seconds(const TeraOptions& o, const std::vector<int64_t>& lengths, const tp::LatencyModel& latency) {
+  const tp::Slicing s = tp::evaluate(lengths, o.run.data.seq_len, latency.latency());
   return static_cast<double>(o.microbatches) * s.sum + static_cast<double>(o.stages - 1) * s.max;
 }
 
@@ -121,7 +120,7 @@ int print_slicing_main(const TeraOptions& o) {
   check_options(o, 0);
   const std::vector<int64_t> lengths = slicing_of(o);
   nlohmann::json j = {{"stages", o.stages}, {"seq_len", o.run.data.seq_len}, {"slicing", o.slices}, {"lengths", lengths}};
-  if (!o.latency.empty()) j["predicted_seconds"] = predicted_seconds(o, lengths);
+  if (!o.latency.empty()) j["predicted_seconds"] = predicted_seconds(o, lengths, tp::read_latency_model(o.latency));
   std::cout << j.dump() << std::endl;
   return 0;
 }
@@ -174,7 +173,8 @@ int worker_main(const TeraOptions& o, const kit::WorldInfo& world) {
   pp::P2P p2p(shape, rank, torch::TensorOptions().dtype(torch::kFloat32).device(kit::dist::device()));
   tp::SlicedExecutor executor(stages, shape, lengths, rank, p2p);
   const pp::RankSchedule schedule = tp::make_sliced_schedule(shape, n, rank);
-  const double predicted = predicted_seconds(o, lengths);
+  const tp::LatencyModel latency = o.latency.empty() ? tp::LatencyModel{} : tp::read_latency_model(o.latency);
+  const double predicted = o.latency.empty() ? -1 : predicted_seconds(o, lengths, latency);
   if (rank == 0)
     std::cout << "rank 0 of " << W << " (" << world.launcher_name() << ", " << o.backend << "): " << K
               << " stages, m = " << m << ", slices " << tp::to_string(lengths)
@@ -224,7 +224,7 @@ int worker_main(const TeraOptions& o, const kit::WorldInfo& world) {
               {"lengths", lengths}, {"pipeline_seconds", kit::after_warmup(pipeline_seconds, timer.warmup())},
               {"losses", rank == K - 1 ? nlohmann::json(losses) : nlohmann::json()},
               {"predicted_seconds", predicted >= 0 ? nlohmann::json(predicted) : nlohmann::json()},
-              {"latency_model", o.latency.empty() ? nlohmann::json() : tp::to_json(tp::read_latency_model(o.latency))},
+              {"latency_model", o.latency.empty() ? nlohmann::json() : tp::to_json(latency)},
               {"unit_compute_seconds", units}, {"timeline", timeline}});
     kit::write_rank_json(o.run.out, rank, W, j.dump(1));
   }
