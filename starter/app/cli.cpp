@@ -20,14 +20,16 @@ void add_preset_option(CLI::App& app, RunOptions& o) {
   app.add_option("--preset,--model", o.preset, "Model preset: " + preset_list())->capture_default_str();
 }
 
-void add_step_options(CLI::App& app, int64_t& steps, int64_t& warmup, const std::string& steps_help) {
-  app.add_option("--steps", steps, steps_help)->capture_default_str();
-  app.add_option("--warmup", warmup, "The first W of the --steps batches are not timed (default 1; 0 when "
-                                     "--steps is 1)");
-}
-
-void add_no_progress_option(CLI::App& app, RunOptions& o) {
-  app.add_flag("!--no-progress", o.train.progress, "Do not print the loss of every step");
+void add_model_options(CLI::App& app, SyntheticOptions& o, const SyntheticHelp& help) {
+  add_preset_option(app, o.run);
+  app.add_option("--n-layer", o.n_layer, help.n_layer);
+  app.add_option("--dropout", o.run.dropout, "Dropout probability (default: the preset's)");
+  app.add_option("--batch-size", o.run.train.batch_size, help.batch_size)->capture_default_str();
+  app.add_option("--seq-len", o.run.data.seq_len, help.seq_len)->capture_default_str();
+  app.add_option("--vocab-size", o.vocab, help.vocab)->capture_default_str();
+  app.add_option("--steps", o.steps, help.steps)->capture_default_str();
+  app.add_option("--warmup", o.warmup, "The first W of the --steps batches are not timed (default 1; 0 when "
+                                       "--steps is 1)");
 }
 
 void add_run_options(CLI::App& app, RunOptions& o) {
@@ -142,18 +144,19 @@ int guarded_main(int argc, char** argv, CLI::App& app, const std::function<int()
   return 1;
 }
 
-void add_process_options(CLI::App& app, RunOptions& run, std::string& backend, int& port) {
-  app.add_option("--lr,--learning-rate", run.train.lr, "AdamW learning rate")->capture_default_str();
-  app.add_option("--seed", run.train.seed, "Seed of the model, the synthetic batches and dropout")
+void add_process_options(CLI::App& app, SyntheticOptions& o) {
+  app.add_option("--lr,--learning-rate", o.run.train.lr, "AdamW learning rate")->capture_default_str();
+  app.add_option("--seed", o.run.train.seed, "Seed of the model, the synthetic batches and dropout")
       ->capture_default_str();
-  app.add_option("--threads", run.train.threads, "Intra-op threads per process")->capture_default_str();
-  app.add_option("--backend", backend, "gloo (CPU) or nccl (one GPU per rank)")
+  app.add_option("--threads", o.run.train.threads, "Intra-op threads per process")->capture_default_str();
+  app.add_option("--backend", o.backend, "gloo (CPU) or nccl (one GPU per rank)")
       ->check(CLI::IsMember({"gloo", "nccl"}))
       ->capture_default_str();
-  app.add_option("--port", port, "Rendezvous port when the kit starts the ranks (default: MASTER_PORT if set, "
-                                 "else a free port)");
-  app.add_option("--out", run.out, "Metrics JSON per rank ({rank}, {world} replaced; \"\": none)")
+  app.add_option("--port", o.port, "Rendezvous port when the kit starts the ranks (default: MASTER_PORT if set, "
+                                   "else a free port)");
+  app.add_option("--out", o.run.out, "Metrics JSON per rank ({rank}, {world} replaced; \"\": none)")
       ->capture_default_str();
+  app.add_flag("!--no-progress", o.run.train.progress, "Do not print the loss of every step");
 }
 
 int launcher_or_worker(int world_size_flag, const std::function<int()>& launcher,

@@ -30,13 +30,38 @@ std::string preset_list();
 // --preset,--model: "Model preset: <preset_list()>", with its default shown.
 void add_preset_option(CLI::App& app, RunOptions& opts);
 
-// --steps (help `steps_help`) and --warmup, in that order, of the programs that time
-// synthetic steps (app/run.h: warmup_of, check_steps).
-void add_step_options(CLI::App& app, int64_t& steps, int64_t& warmup,
-                      const std::string& steps_help = "Batches, one AdamW step each");
+// The options of the programs that train GPT-2 on synthetic tokens across processes
+// (run_pipeline_training, run_tensor_parallel, run_zero, run_terapipe, run_3d); each
+// program's options derive from it and add their own.
+struct SyntheticOptions {
+  RunOptions run;
+  int64_t n_layer = 0;  // 0: the preset's
+  int64_t vocab = 1000;
+  int64_t steps = 10;
+  int64_t warmup = -1;  // -1: 1, or 0 when there is a single step (app/run.h: warmup_of)
+  std::string backend = "gloo";
+  int port = 0;
+  explicit SyntheticOptions(const std::string& out) {
+    run.train.batch_size = 8;
+    run.data.seq_len = 64;
+    run.out = out;
+  }
+};
 
-// --no-progress of those programs: "Do not print the loss of every step".
-void add_no_progress_option(CLI::App& app, RunOptions& opts);
+// The help texts that differ between those programs.
+struct SyntheticHelp {
+  std::string n_layer = "Transformer blocks (default: the preset's)";
+  std::string batch_size = "Rows per batch";
+  std::string vocab = "Vocabulary of the synthetic tokens";
+  std::string seq_len = "Tokens per row";
+  std::string steps = "Batches, one AdamW step each";
+};
+
+// --preset --n-layer --dropout --batch-size --seq-len --vocab-size --steps --warmup, in this order.
+void add_model_options(CLI::App& app, SyntheticOptions& o, const SyntheticHelp& help);
+
+// --lr --seed --threads --backend --port --out --no-progress of the same programs.
+void add_process_options(CLI::App& app, SyntheticOptions& o);
 
 // The preset with the flags' overrides applied (kit::Error for an unknown preset).
 GPT2Config model_config(const RunOptions& opts);
@@ -44,10 +69,6 @@ GPT2Config model_config(const RunOptions& opts);
 // Runs a program's body: kit::Error and other exceptions become "error: ..." on stderr
 // and exit code 1 (never an abort); CLI11 parse errors print usage and their own code.
 int guarded_main(int argc, char** argv, CLI::App& app, const std::function<int()>& body);
-
-// The flags of the programs that train on synthetic batches across processes
-// (run_pipeline_training, run_tensor_parallel): --lr --seed --threads --backend --port --out.
-void add_process_options(CLI::App& app, RunOptions& run, std::string& backend, int& port);
 
 // The body of a program that runs as several processes (run_data_parallel,
 // run_pipeline_training, run_tensor_parallel): with no launcher in the environment the

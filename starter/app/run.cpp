@@ -32,6 +32,21 @@ void check_steps(int64_t steps, int64_t warmup_flag) {
                 std::to_string(steps) + ": at least one batch must be timed");
 }
 
+void check_synthetic_options(const SyntheticOptions& o) {
+  check_steps(o.steps, o.warmup);
+  if (o.run.train.batch_size < 1 || o.run.data.seq_len < 1 || o.vocab < 2)
+    throw Error("--batch-size and --seq-len must be positive and --vocab-size at least 2 (got " +
+                std::to_string(o.run.train.batch_size) + ", " + std::to_string(o.run.data.seq_len) + ", " +
+                std::to_string(o.vocab) + ")");
+}
+
+GPT2Config synthetic_config(const SyntheticOptions& o) {
+  GPT2Config cfg = model_config(o.run);
+  if (o.n_layer > 0) cfg.n_layer = o.n_layer;
+  if (cfg.vocab_size <= 0) cfg.vocab_size = o.vocab;  // what build_model does
+  return cfg;
+}
+
 void check_model_fits(const GPT2Config& cfg, int64_t seq_len, int64_t vocab) {
   if (seq_len > cfg.n_positions)
     throw Error("--seq-len " + std::to_string(seq_len) + " is longer than preset '" + cfg.name +

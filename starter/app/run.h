@@ -51,6 +51,14 @@ int64_t warmup_of(int64_t warmup_flag, int64_t steps);
 // --steps ("--warmup W must be at least 0 and below --steps S: at least one batch must be timed").
 void check_steps(int64_t steps, int64_t warmup_flag);
 
+// check_steps, then kit::Error unless --batch-size and --seq-len are positive and --vocab-size
+// is at least 2: the checks every SyntheticOptions program makes before its own.
+void check_synthetic_options(const SyntheticOptions& o);
+
+// The preset with --dropout and --n-layer applied (model_config), and --vocab-size where the
+// preset leaves the vocabulary open (as kit::build_model does).
+GPT2Config synthetic_config(const SyntheticOptions& o);
+
 // kit::Error when the synthetic tokens do not fit the model `cfg`: "--seq-len T is longer
 // than preset '<name>' allows (n_positions = N)", "--vocab-size V is larger than preset
 // '<name>''s N tokens".

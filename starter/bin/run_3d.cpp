@@ -7,33 +7,9 @@
 //   ./build/run_3d --dp 2 --pp 1 --tp 2 --zero           # ZeRO-1 over each data-parallel group
 //   ./build/run_3d --dp 1 --pp 1 --tp 1                  # the one-process reference
 //   srun -n 8 ./build/run_3d --dp 2 --pp 2 --tp 2 --backend nccl   # one rank per task
-//   torchrun-style: RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT set per process
 //
-// Without RANK or an srun step in the environment the program is the launcher: it checks the
-// flags, serves the rendezvous and starts d*p*t copies of itself (with 1, the one rank runs in
-// the launcher's own process). Under srun or torchrun the world size must equal d*p*t.
-//
-// Every rank builds the whole model from --seed (kit::build_model: the same weights on every
-// rank) and keeps its own part (grid/trainer.h). Batches are synthetic and global: per step
-// torch::randint(vocab, {batch, seq_len + 1}) after torch::manual_seed(seed + 1000), input =
-// tokens[:, :-1], labels = tokens[:, 1:], mask all ones; data-parallel replica r trains on
-// rows [r*B/d, (r+1)*B/d), cut into --chunks micro-batches.
-//
-// Metrics (--out, {rank} and {world} replaced), over the timed steps (after --warmup):
-//   dp, pp, tp (the grid), coords (this rank's), schedule, microbatches, virtual_chunks, zero;
-//   tokens_per_sec: the global batch's tokens per second (the same job rate on every rank);
-//   losses (the global batch's), step_seconds, timed_step_seconds, training_time;
-//   comm_seconds_per_step: {data, tensor, pipeline, embedding}, this rank's time blocked in
-//     each kind of communication (grid/trainer.h: pipeline counts the time waiting in P2P
-//     receives, so it includes the bubble);
-//   parameter_bytes (this rank's parameters), peak_tensor_bytes (the most CPU tensor bytes
-//     held at once during a step, kit/memory.h; null on a GPU), peak_rss_bytes.
-// --save FILE: the whole model after training, gathered from the grid onto rank 0 and written
-// as the one-process model's checkpoint (model/checkpoint.h, Kit layout).
-// --trace: each rank's pipeline schedule over the timed steps as Chrome trace-event JSON for
-// Perfetto (kit/trace.h, pipeline_training/trace_events.h): track tid = world rank, named with
-// its grid coordinates; F/B events with their P2P receives nested (the tensor- and
-// data-parallel collectives are not timed one by one: comm_seconds_per_step sums them).
+// How it starts its ranks, its synthetic batches and every field it writes: README.md in
+// this folder (run_3d); the options: --help.
 #include <sys/resource.h>
 #include <torch/torch.h>
 
@@ -53,27 +29,20 @@
 
 namespace {
 
-struct Run3DOptions {
-  kit::RunOptions run;
+struct Run3DOptions : kit::SyntheticOptions {
+  Run3DOptions() : SyntheticOptions("runs/grid/{world}/rank{rank}.json") { steps = 5; }
   kit::grid::GridShape grid{1, 1, 1};
   int64_t microbatches = 2;
   int64_t virtual_chunks = 1;
   std::string schedule = "1f1b";
   bool zero = false;
-  int64_t n_layer = 0;  // 0: the preset's
-  int64_t vocab = 1000;
-  int64_t steps = 5;
-  int64_t warmup = -1;  // -1: 1, or 0 when there is a single step
   double weight_decay = 0.0;
   std::string save;
   std::string trace;  // --trace: a Chrome trace per rank
-  std::string backend = "gloo";
-  int port = 0;
 };
 
 kit::GPT2Config config_of(const Run3DOptions& o) {
-  kit::GPT2Config cfg = kit::model_config(o.run);
-  if (o.n_layer > 0) cfg.n_layer = o.n_layer;
+  kit::GPT2Config cfg = kit::synthetic_config(o);
   cfg.vocab_size = o.vocab;  // what kit::build_model does for synthetic tokens
   return cfg;
 }
@@ -83,17 +52,13 @@ void check_options(const Run3DOptions& o, int world_size) {
   kit::grid::check_shape(o.grid, world_size);
   kit::pp::PipelineShape shape{o.grid.pp, o.microbatches, o.virtual_chunks};
   kit::pp::check_shape(kit::pp::parse_schedule_kind(o.schedule), shape);
-  kit::check_steps(o.steps, o.warmup);
+  kit::check_synthetic_options(o);
   const int64_t B = o.run.train.batch_size, dm = o.grid.dp * o.microbatches;
-  if (B < 1 || B % dm != 0)
+  if (B % dm != 0)
     throw kit::Error("--batch-size " + std::to_string(B) + " must be a positive multiple of --dp x --chunks = " +
                      std::to_string(dm) + ": each of the d replicas cuts its rows into m equal micro-batches");
-  if (o.run.data.seq_len < 1 || o.vocab < 2)
-    throw kit::Error("--seq-len must be positive and --vocab-size at least 2");
   const kit::GPT2Config cfg = config_of(o);
-  if (o.run.data.seq_len > cfg.n_positions)
-    throw kit::Error("--seq-len " + std::to_string(o.run.data.seq_len) + " is longer than preset '" + cfg.name +
-                     "' allows (n_positions = " + std::to_string(cfg.n_positions) + ")");
+  kit::check_model_fits(cfg, o.run.data.seq_len, o.vocab);
   kit::pp::check_blocks_fit(cfg.n_layer, shape);
   if (cfg.n_head % o.grid.tp != 0 || cfg.n_embd % o.grid.tp != 0 || o.vocab % o.grid.tp != 0)
     throw kit::Error("--tp " + std::to_string(o.grid.tp) + " must divide the heads (" + std::to_string(cfg.n_head) +
@@ -202,10 +167,6 @@ int main(int argc, char** argv) {
   CLI::App app{"GPT-2 trained on a 3D grid of processes (Megatron-LM's PTD-P): --dp data-parallel replicas of a "
                "--pp-stage pipeline whose stages are split --tp ways by tensor parallelism."};
   Run3DOptions o;
-  o.run.preset = "cpu-small";
-  o.run.train.batch_size = 8;
-  o.run.data.seq_len = 64;
-  o.run.out = "runs/grid/{world}/rank{rank}.json";
   int dp = 1, pp = 1, tp = 1;
   app.add_option("--dp", dp, "Data-parallel degree d")->capture_default_str();
   app.add_option("--pp", pp, "Pipeline-parallel degree p (stages, one per rank of a pipeline)")->capture_default_str();
@@ -217,24 +178,19 @@ int main(int argc, char** argv) {
   app.add_option("--virtual", o.virtual_chunks, "Model chunks v per rank (interleaved only; v*p stages)")
       ->capture_default_str();
   app.add_flag("--zero", o.zero, "ZeRO-1 over each data-parallel group (optimizer state sharded d ways)");
-  kit::add_preset_option(app, o.run);
-  app.add_option("--n-layer", o.n_layer, "Transformer blocks (default: the preset's); at least v*p");
-  app.add_option("--dropout", o.run.dropout, "Dropout probability (default: the preset's)");
-  app.add_option("--batch-size", o.run.train.batch_size, "Rows of the global batch (a multiple of d*m)")
-      ->capture_default_str();
-  app.add_option("--seq-len", o.run.data.seq_len, "Tokens per row")->capture_default_str();
-  app.add_option("--vocab-size", o.vocab, "Vocabulary of the synthetic tokens (t must divide it)")
-      ->capture_default_str();
-  kit::add_step_options(app, o.steps, o.warmup);
+  kit::SyntheticHelp help;
+  help.n_layer = "Transformer blocks (default: the preset's); at least v*p";
+  help.batch_size = "Rows of the global batch (a multiple of d*m)";
+  help.vocab = "Vocabulary of the synthetic tokens (t must divide it)";
+  kit::add_model_options(app, o, help);
   app.add_option("--weight-decay", o.weight_decay, "AdamW's decoupled weight decay")->capture_default_str();
   app.add_option("--save", o.save, "Write the whole trained model here (gathered on rank 0; the one-process "
                                    "checkpoint format)");
-  kit::add_process_options(app, o.run, o.backend, o.port);
+  kit::add_process_options(app, o);
   app.add_option("--trace", o.trace,
                  "Write this rank's pipeline schedule over the timed steps as Chrome trace-event JSON here, for "
                  "https://ui.perfetto.dev or chrome://tracing ({rank} and {world} replaced, else .rank<r> added; "
                  "the directory must exist): F/B events with their P2P receives, one track per rank");
-  kit::add_no_progress_option(app, o.run);
   app.footer("Metrics per rank (--out): tokens_per_sec (the global batch's), losses, step seconds, "
              "comm_seconds_per_step {data, tensor, pipeline, embedding}, parameter_bytes, peak_tensor_bytes, "
              "peak_rss_bytes, and the rank's grid coordinates.");

@@ -5,30 +5,9 @@
 //   ./build/run_pipeline_training --world-size 4 --schedule 1f1b --chunks 8      # 4 Gloo processes
 //   ./build/run_pipeline_training --stages 2 --schedule interleaved --virtual 2 --n-layer 4
 //   srun -n 4 ./build/run_pipeline_training --backend nccl ...                    # one rank per task
-//   torchrun-style: RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT set per process
 //
-// As in run_data_parallel, without RANK or an srun step in the environment the program is
-// the launcher: it checks the flags and (unless --no-precheck) replays the schedule in the
-// simulator, so a schedule that cannot finish is reported before any process waits; then
-// it serves the rendezvous and starts p = --world-size copies of itself. Rank r is pipeline
-// rank r. With --world-size 1 the one rank runs in the launcher's own process.
-//
-// Batches are synthetic and the same on every rank (app/run.h). Every rank builds the whole
-// model from --seed and keeps its chunks; pipeline_training/forward_backward.h runs the batch,
-// then one AdamW step over the rank's chunks. The first --warmup batches are not timed.
-// --memory counts CPU tensor bytes (kit/memory.h): per rank, over the timed batches, the
-// "peak_bytes" a batch reached and the "kept_bytes" held between two actions (activations
-// kept for backward, messages in flight) beyond what was held when it started; on CUDA "not
-// measured".
-//
-// Outputs, per rank ({rank}, {world} replaced): --out metrics JSON; --timeline the measured
-// timeline of the last batch plus every timed batch's action rows and memory
-// (pipeline_training/measured.h; times since "clock_origin" on the steady clock all processes
-// of a machine share); --trace the timed batches as Chrome trace-event JSON for Perfetto
-// (pipeline_training/trace_events.h); --save DIR (tests): DIR/rank<r>.pt, a torch::pickle_save
-// dict with "grad/<name>" after the first batch (tied wte gradients summed), "param/<name>"
-// after --steps steps, "loss/step<k>" on the last stage's rank, "timeline" (the first batch's
-// timeline_tensor), "peak_kept", "rank", "world_size".
+// How it starts its ranks, its synthetic batches and every field it writes: README.md in
+// this folder (run_pipeline_training); the options: --help.
 #include <torch/torch.h>
 
 #include <iostream>
@@ -48,38 +27,24 @@
 namespace {
 namespace pp = kit::pp;
 
-struct PpOptions {
-  kit::RunOptions run;
+struct PpOptions : kit::SyntheticOptions {
+  PpOptions() : SyntheticOptions("runs/pipeline_training/{world}/rank{rank}.json") {}
   int world_size = 2;
   std::string schedule = "1f1b";
   int64_t microbatches = 4;  // --chunks M
   int64_t virtual_chunks = 1;
-  int64_t n_layer = 0;       // 0: the preset's
-  int64_t vocab = 1000;
-  int64_t steps = 10;
-  int64_t warmup = -1;  // -1: 1, or 0 when there is a single step
   bool memory = false;
-  std::string backend = "gloo";
-  int port = 0;
   std::string save, timeline, trace, schedule_file;
   bool precheck = true;
   int fail_rank = -1;
   int64_t fail_at_action = 0;
 };
 
-kit::GPT2Config config_of(const PpOptions& o) {
-  kit::GPT2Config cfg = kit::model_config(o.run);
-  if (o.n_layer > 0) cfg.n_layer = o.n_layer;
-  return cfg;
-}
-
 // Every check that needs no process: the same in the launcher and in each worker (srun).
 pp::Schedules checked_schedules(const PpOptions& o, int world_size) {
   const pp::PipelineShape shape{world_size, o.microbatches, o.virtual_chunks};
   if (world_size < 1) throw kit::Error("--world-size must be at least 1 (got " + std::to_string(world_size) + ")");
-  kit::check_steps(o.steps, o.warmup);
-  if (o.run.train.batch_size < 1 || o.run.data.seq_len < 1 || o.vocab < 2)
-    throw kit::Error("--batch-size and --seq-len must be positive and --vocab-size at least 2");
+  kit::check_synthetic_options(o);
   if (o.microbatches < 1 || o.run.train.batch_size % o.microbatches != 0)
     throw kit::Error("--chunks " + std::to_string(o.microbatches) + " (micro-batches) must divide --batch-size " +
                      std::to_string(o.run.train.batch_size) +
@@ -93,7 +58,7 @@ pp::Schedules checked_schedules(const PpOptions& o, int world_size) {
                      ") to be a multiple of the " + std::to_string(world_size) +
                      " ranks: its groups of p micro-batches go through each chunk in turn. Use --chunks " +
                      std::to_string(world_size) + ", " + std::to_string(2 * world_size) + ", ...");
-  pp::check_blocks_fit(config_of(o).n_layer, shape);
+  pp::check_blocks_fit(kit::synthetic_config(o).n_layer, shape);
   pp::Schedules schedules;
   if (!o.schedule_file.empty()) {
     schedules = pp::read_schedules_file(o.schedule_file, world_size, "--schedule-file");
@@ -133,7 +98,7 @@ int worker_main(const PpOptions& o, const kit::WorldInfo& world) {
 
   // The whole model from the seed on every rank (the same weights everywhere); the rank
   // keeps only its chunks.
-  pp::PipelineRank me{pp::build_rank_chunks(kit::build_model(config_of(o), o.vocab, T, o.run.train.seed), shape, rank),
+  pp::PipelineRank me{pp::build_rank_chunks(kit::build_model(kit::synthetic_config(o), o.vocab, T, o.run.train.seed), shape, rank),
                       shape, rank};
   std::vector<torch::Tensor> params;
   for (auto& c : me.chunks) {
@@ -150,7 +115,7 @@ int worker_main(const PpOptions& o, const kit::WorldInfo& world) {
   if (rank == 0)
     std::cout << "rank 0 of " << W << " (" << world.launcher_name() << ", " << o.backend << "): " << o.schedule
               << ", m = " << o.microbatches << ", v = " << o.virtual_chunks << ", " << shape.stages()
-              << " virtual stages, " << config_of(o).n_layer << " blocks" << std::endl;
+              << " virtual stages, " << kit::synthetic_config(o).n_layer << " blocks" << std::endl;
 
   const int64_t warmup = kit::warmup_of(o.warmup, o.steps);
   const bool count_memory = o.memory && device.is_cpu();
@@ -229,7 +194,7 @@ int worker_main(const PpOptions& o, const kit::WorldInfo& world) {
   if (!o.run.out.empty()) {
     // Every token of the batch passes through every rank: tokens/s is not summed over ranks.
     nlohmann::json m = kit::run_metrics("run_pipeline_training", o.run, o.backend, world, timer, B * T);
-    m.update({{"schedule", o.schedule}, {"n_layer", config_of(o).n_layer}, {"microbatches", o.microbatches},
+    m.update({{"schedule", o.schedule}, {"n_layer", kit::synthetic_config(o).n_layer}, {"microbatches", o.microbatches},
               {"virtual_chunks", o.virtual_chunks}, {"stages", shape.stages()}, {"peak_kept", peak_kept},
               {"messages_sent", p2p.messages_sent()}, {"messages_received", p2p.messages_received()},
               {"recv_seconds", p2p.recv_seconds()}, {"memory", pp::memory_json(o.memory, device, memory)}});
@@ -256,10 +221,6 @@ int main(int argc, char** argv) {
                "and performs a GPipe, 1F1B or interleaved 1F1B schedule over the micro-batches of each "
                "(synthetic) batch, then takes one AdamW step."};
   PpOptions o;
-  o.run.preset = "cpu-small";
-  o.run.train.batch_size = 8;
-  o.run.data.seq_len = 64;
-  o.run.out = "runs/pipeline_training/{world}/rank{rank}.json";
   app.add_option("--world-size,--world_size,--stages", o.world_size,
                  "Pipeline ranks p the kit starts (under srun or torchrun: taken from there)")
       ->capture_default_str();
@@ -271,17 +232,13 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--virtual", o.virtual_chunks, "Model chunks v per rank (interleaved only; S = v * p stages)")
       ->capture_default_str();
-  kit::add_preset_option(app, o.run);
-  app.add_option("--n-layer", o.n_layer, "Transformer blocks (default: the preset's); at least v * p");
-  app.add_option("--dropout", o.run.dropout, "Dropout probability (default: the preset's)");
-  app.add_option("--batch-size", o.run.train.batch_size, "Rows per batch (the whole pipeline's batch)")
-      ->capture_default_str();
-  app.add_option("--seq-len", o.run.data.seq_len, "Tokens per row")->capture_default_str();
-  app.add_option("--vocab-size", o.vocab, "Vocabulary of the synthetic tokens")->capture_default_str();
-  kit::add_step_options(app, o.steps, o.warmup);
+  kit::SyntheticHelp help;
+  help.n_layer = "Transformer blocks (default: the preset's); at least v * p";
+  help.batch_size = "Rows per batch (the whole pipeline's batch)";
+  kit::add_model_options(app, o, help);
   app.add_flag("--memory", o.memory, "Count CPU tensor bytes (kit/memory.h) and report what each batch kept alive "
                                      "per rank (metrics and --timeline JSON)");
-  kit::add_process_options(app, o.run, o.backend, o.port);
+  kit::add_process_options(app, o);
   app.add_option("--timeline", o.timeline, "Write this rank's measured timeline of the last batch as JSON here "
                                            "({rank} replaced, else .rank<r> added)");
   app.add_option("--trace", o.trace,
@@ -296,7 +253,6 @@ int main(int argc, char** argv) {
   app.add_flag("!--no-precheck", o.precheck,
                "Do not replay the schedule in the simulator before running (a schedule that cannot finish "
                "then fails with a timeout, KIT_DIST_TIMEOUT)");
-  kit::add_no_progress_option(app, o.run);
   app.add_option("--fail-rank", o.fail_rank, "Tests: this rank throws before its --fail-at-action'th action")
       ->capture_default_str();
   app.add_option("--fail-at-action", o.fail_at_action, "Tests: see --fail-rank (index in the first batch)")

@@ -6,38 +6,9 @@
 //   ./build/run_tensor_parallel --tp 4 --preset tiny --n-head 4     # t must divide the heads
 //   ./build/run_tensor_parallel --world-size 1                      # the single-process reference
 //   srun -n 2 ./build/run_tensor_parallel --backend nccl ...         # one rank per task
-//   torchrun-style: RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT set per process
 //
-// As in run_pipeline_training, without RANK or an srun step in the environment the program
-// is the launcher: it checks the flags (t must divide n_head, n_embd and vocab_size:
-// kit::tp::check_divisible), serves the rendezvous and starts t = --world-size copies of
-// itself. The whole world is one tensor-parallel group. With --world-size 1 the one rank
-// runs in the launcher's own process.
-//
-// Batches are synthetic and the same on every rank (run_pipeline_training's):
-// torch::manual_seed(seed + 1000), then per step torch::randint(vocab, {batch, seq_len + 1}),
-// input = tokens[:, :-1], labels = tokens[:, 1:], mask all ones. Every rank builds the
-// whole model from --seed (kit::build_model; or --init-from a checkpoint), keeps its shard
-// (TensorParallelGPT2::load_full) and frees the rest. Dropout draws from seed + 1 on every
-// rank: the activations every rank holds whole must get the same mask on every rank.
-//
-// Metrics (--out, {rank} and {world} replaced), over the timed steps (after --warmup):
-//   tokens_per_sec: every rank sees every token, so this is not summed over ranks;
-//   tp_all_reduce_calls_per_step, tp_all_reduce_bytes_per_step: the group's counters;
-//   tp_comm_seconds_per_step: the time this rank spent blocked in the group's collectives
-//     (dist::Counters::comm_seconds: from the call until the operation finished, which
-//     includes waiting for a slower peer to arrive), per step;
-//   formula_all_reduce_bytes_per_step: 4 L B T C x 4 bytes, the blocks' all-reduces (two
-//     forward, two backward per block, each of B T C floats); the measured bytes also hold
-//     the embedding's forward all-reduce, the lm_head's backward one (B T C each) and the
-//     loss's three reductions of B T values: "non_block_all_reduce_bytes_per_step";
-//     (With t = 1 the mappings' all-reduces still run, on a group of one: no peer, but counted.)
-//   parameter_bytes and full_parameter_bytes: {blocks, embeddings, other, total} of this
-//     rank's shard and of the whole model, and blocks_fraction = blocks / full blocks
-//     (slightly above 1/t: the layer norms and the row-parallel biases stay whole);
-//   optimizer_state_bytes: the AdamW state tensors' bytes after the first step, measured.
-// --save-checkpoint PATH: after training, the gathered whole model (collective), written
-// by rank 0 in the first assignment's format (kit::export_checkpoint).
+// How it starts its ranks, its synthetic batches and every field it writes: README.md in
+// this folder (run_tensor_parallel); the options: --help.
 #include <torch/torch.h>
 
 #include <filesystem>
@@ -54,33 +25,23 @@
 
 namespace {
 
-struct TpOptions {
-  kit::RunOptions run;
+struct TpOptions : kit::SyntheticOptions {
+  TpOptions() : SyntheticOptions("runs/tensor_parallel/{world}/rank{rank}.json") {}
   int world_size = 2;
-  int64_t n_layer = 0;  // 0: the preset's
-  int64_t n_head = 0;   // 0: the preset's
-  int64_t vocab = 1000;
-  int64_t steps = 10;
-  int64_t warmup = -1;  // -1: 1, or 0 when there is a single step
-  std::string backend = "gloo";
-  int port = 0;
+  int64_t n_head = 0;  // 0: the preset's
   std::string save_checkpoint, init_from;
 };
 
 kit::GPT2Config config_of(const TpOptions& o) {
-  kit::GPT2Config cfg = kit::model_config(o.run);
-  if (o.n_layer > 0) cfg.n_layer = o.n_layer;
+  kit::GPT2Config cfg = kit::synthetic_config(o);
   if (o.n_head > 0) cfg.n_head = o.n_head;
-  if (cfg.vocab_size <= 0) cfg.vocab_size = o.vocab;  // what kit::build_model does
   return cfg;
 }
 
 // Every check that needs no process: the same in the launcher and in each worker (srun).
 void check_options(const TpOptions& o, int world_size) {
   if (world_size < 1) throw kit::Error("--world-size must be at least 1 (got " + std::to_string(world_size) + ")");
-  kit::check_steps(o.steps, o.warmup);
-  if (o.run.train.batch_size < 1 || o.run.data.seq_len < 1 || o.vocab < 2)
-    throw kit::Error("--batch-size and --seq-len must be positive and --vocab-size at least 2");
+  kit::check_synthetic_options(o);
   const kit::GPT2Config cfg = config_of(o);
   kit::check_model_fits(cfg, o.run.data.seq_len, o.vocab);
   if (cfg.n_head < 1 || cfg.n_embd % cfg.n_head != 0)
@@ -187,29 +148,19 @@ int main(int argc, char** argv) {
   CLI::App app{"Tensor-parallel (Megatron-LM) training of GPT-2 across processes: each rank holds 1/t of every "
                "block and of the vocabulary, runs the whole (synthetic) batch and takes one AdamW step per batch."};
   TpOptions o;
-  o.run.preset = "cpu-small";
-  o.run.train.batch_size = 8;
-  o.run.data.seq_len = 64;
-  o.run.out = "runs/tensor_parallel/{world}/rank{rank}.json";
   app.add_option("--world-size,--world_size,--tp", o.world_size,
                  "Tensor-parallel ranks t the kit starts (under srun or torchrun: taken from there)")
       ->capture_default_str();
-  kit::add_preset_option(app, o.run);
-  app.add_option("--n-layer", o.n_layer, "Transformer blocks (default: the preset's)");
+  kit::SyntheticHelp help;
+  help.batch_size = "Rows per batch (every rank runs all of them)";
+  help.vocab = "Vocabulary of the synthetic tokens (t must divide it)";
+  kit::add_model_options(app, o, help);
   app.add_option("--n-head", o.n_head, "Attention heads (default: the preset's); t must divide it");
-  app.add_option("--dropout", o.run.dropout, "Dropout probability (default: the preset's)");
-  app.add_option("--batch-size", o.run.train.batch_size, "Rows per batch (every rank runs all of them)")
-      ->capture_default_str();
-  app.add_option("--seq-len", o.run.data.seq_len, "Tokens per row")->capture_default_str();
-  app.add_option("--vocab-size", o.vocab, "Vocabulary of the synthetic tokens (t must divide it)")
-      ->capture_default_str();
-  kit::add_step_options(app, o.steps, o.warmup);
-  kit::add_process_options(app, o.run, o.backend, o.port);
+  kit::add_process_options(app, o);
   app.add_option("--save-checkpoint", o.save_checkpoint,
                  "After training, gather the shards and write the whole model here (the first assignment's "
                  "checkpoint format, read by train --init, kit::import_checkpoint and torch.load)");
   app.add_option("--init-from", o.init_from, "Start from this whole-model checkpoint instead of --seed's weights");
-  kit::add_no_progress_option(app, o.run);
   return kit::guarded_main(argc, argv, app, [&] {
     // A t that does not divide the model's sizes fails in the launcher, before any process.
     return kit::run_ranks(

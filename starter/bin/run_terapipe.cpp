@@ -7,33 +7,9 @@
 //   ./build/run_terapipe --slices none                   # GPipe: each micro-batch whole
 //   ./build/run_terapipe --slices 32+32+24+16+16+8+...   # any slicing that adds up to --seq-len
 //   srun -n 2 ./build/run_terapipe --slices dp --latency FILE    # one rank per task
-//   torchrun-style: RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT set per process
 //
-// --profile FILE measures, in this one process, t(l, c): forward + backward of one stage's
-// blocks (stage 0's share of --n-layer over --stages) on l tokens after c tokens of context,
-// for l and c on terapipe::latency_grid(--seq-len), with --batch-size / --chunks rows; fits
-// t(l, c) = a + b l + d l (c + l) by least squares and writes {model, fit_error, samples}.
-// --print-slicing prints the slicing of --slices at --stages as JSON and exits.
-// --slices dp takes that file (--latency) and runs TeraPipe's dynamic program on the model.
-// With --latency every run also reports its predicted pipeline time:
-//   m * sum_i t(l_i, c_i) + (K - 1) * max_i t(l_i, c_i)
-// (GPipe order: the first stage works through all m * n units, the slowest crosses the rest).
-//
-// Batches are synthetic and the same on every rank (app/run.h). Each step: the rank's stage
-// runs the sliced schedule (terapipe/pipeline.h) through pipeline_training/forward_backward.h
-// (which also sums the two copies of wte's gradient), then one AdamW step.
-//
-// Metrics per rank (--out, {rank} and {world} replaced), over the timed steps (after --warmup):
-// slicing, lengths, pipeline_seconds (the schedule's span on this rank: the measured value
-// the prediction is for), step_seconds, tokens_per_sec, losses (the last stage's rank),
-// predicted_seconds and the latency model (with --latency), unit_compute_seconds (per unit u,
-// [forward, backward]: the median over the timed steps of the action's span less its time in
-// P2P receives, i.e. this stage's own t(l, c) measured in the pipeline), and timeline: this rank's
-// actions of the last step, [op (0 F, 1 B), unit, stage, start, end, recv] (recv: of end - start,
-// the seconds spent in P2P receives).
-// --trace: this rank's timed steps as Chrome trace-event JSON for Perfetto (kit/trace.h,
-// pipeline_training/trace_events.h): track tid = rank ("stage r"), "F mb0 s2" for slice 2 of
-// micro-batch 0, its P2P receives nested; ts on the steady clock the processes of a machine share.
+// How it starts its ranks, its synthetic batches and every field it writes: README.md in
+// this folder (run_terapipe); the options: --help.
 #include <torch/torch.h>
 
 #include <array>
@@ -55,8 +31,12 @@ namespace {
 namespace pp = kit::pp;
 namespace tp = kit::terapipe;
 
-struct TeraOptions {
-  kit::RunOptions run;
+struct TeraOptions : kit::SyntheticOptions {
+  TeraOptions() : SyntheticOptions("runs/terapipe/{world}/rank{rank}.json") {
+    run.train.batch_size = 4;
+    run.data.seq_len = 128;
+    steps = 4;
+  }
   int64_t stages = 2;
   int64_t microbatches = 1;
   std::string slices = "uniform:4";
@@ -65,17 +45,11 @@ struct TeraOptions {
   std::string trace;    // --trace: a Chrome trace per rank
   bool print_slicing = false;  // print the slicing (and its predicted time) and exit
   int profile_repeats = 3;
-  int64_t n_layer = 0, n_positions = 0;  // 0: the preset's
-  int64_t vocab = 1000;
-  int64_t steps = 4;
-  int64_t warmup = -1;
-  std::string backend = "gloo";
-  int port = 0;
+  int64_t n_positions = 0;  // 0: the preset's
 };
 
 kit::GPT2Config config_of(const TeraOptions& o) {
-  kit::GPT2Config cfg = kit::model_config(o.run);
-  if (o.n_layer > 0) cfg.n_layer = o.n_layer;
+  kit::GPT2Config cfg = kit::synthetic_config(o);
   if (o.n_positions > 0) cfg.n_positions = o.n_positions;
   cfg.vocab_size = o.vocab;
   return cfg;
@@ -100,12 +74,11 @@ void check_options(const TeraOptions& o, int world_size) {
   if (o.stages < 1 || (world_size > 0 && world_size != o.stages))
     throw kit::Error("--stages " + std::to_string(o.stages) + " must be at least 1 and equal the number of processes (" +
                      std::to_string(world_size) + "): one stage per rank");
-  kit::check_steps(o.steps, o.warmup);
+  kit::check_synthetic_options(o);
   const int64_t B = o.run.train.batch_size;
-  if (o.microbatches < 1 || B < 1 || B % o.microbatches != 0)
+  if (o.microbatches < 1 || B % o.microbatches != 0)
     throw kit::Error("--batch-size " + std::to_string(B) + " must be a positive multiple of --chunks " +
                      std::to_string(o.microbatches));
-  if (o.run.data.seq_len < 1 || o.vocab < 2) throw kit::Error("--seq-len must be positive and --vocab-size at least 2");
   const kit::GPT2Config cfg = config_of(o);
   if (o.run.data.seq_len > cfg.n_positions)
     throw kit::Error("--seq-len " + std::to_string(o.run.data.seq_len) + " is longer than the model's context (" +
@@ -238,10 +211,6 @@ int main(int argc, char** argv) {
   CLI::App app{"GPT-2 trained as a pipeline of --stages processes whose micro-batches enter token slice by token "
                "slice (TeraPipe); --profile measures the stage latency t(l, c) the slicing program needs."};
   TeraOptions o;
-  o.run.preset = "cpu-small";
-  o.run.train.batch_size = 4;
-  o.run.data.seq_len = 128;
-  o.run.out = "runs/terapipe/{world}/rank{rank}.json";
   app.add_option("--stages", o.stages, "Pipeline stages K, one process each")->capture_default_str();
   app.add_option("--slices", o.slices, "none, uniform:N, dp (TeraPipe's program on --latency) or lengths a+b+c")
       ->capture_default_str();
@@ -253,21 +222,17 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--chunks,--microbatches", o.microbatches, "Micro-batches m, each cut into the slices")
       ->capture_default_str();
-  kit::add_preset_option(app, o.run);
-  app.add_option("--n-layer", o.n_layer, "Transformer blocks (default: the preset's); at least --stages");
+  kit::SyntheticHelp help;
+  help.n_layer = "Transformer blocks (default: the preset's); at least --stages";
+  help.batch_size = "Rows per batch (a multiple of --chunks)";
+  help.seq_len = "Tokens per row: the L the slices add up to";
+  kit::add_model_options(app, o, help);
   app.add_option("--n-positions", o.n_positions, "Context of the model (default: the preset's); at least --seq-len");
-  app.add_option("--dropout", o.run.dropout, "Dropout probability (default: the preset's)");
-  app.add_option("--batch-size", o.run.train.batch_size, "Rows per batch (a multiple of --chunks)")
-      ->capture_default_str();
-  app.add_option("--seq-len", o.run.data.seq_len, "Tokens per row: the L the slices add up to")->capture_default_str();
-  app.add_option("--vocab-size", o.vocab, "Vocabulary of the synthetic tokens")->capture_default_str();
-  kit::add_step_options(app, o.steps, o.warmup);
-  kit::add_process_options(app, o.run, o.backend, o.port);
+  kit::add_process_options(app, o);
   app.add_option("--trace", o.trace,
                  "Write this rank's timed steps as Chrome trace-event JSON here, for https://ui.perfetto.dev or "
                  "chrome://tracing ({rank} and {world} replaced, else .rank<r> added; the directory must exist): "
                  "one track per stage, F/B of each slice with their P2P receives");
-  kit::add_no_progress_option(app, o.run);
   app.footer("Metrics per rank (--out): lengths, pipeline_seconds (measured), predicted_seconds (with --latency), "
              "step_seconds, tokens_per_sec, losses (last stage), timeline of the last step.");
   return kit::guarded_main(argc, argv, app, [&] {

@@ -6,65 +6,9 @@
 //   ./build/run_zero --world-size 2 --optimizer adamw --preset cpu-base # plain data parallelism
 //   ./build/run_zero --world-size 1                                    # the single-process reference
 //   srun -n 2 ./build/run_zero --backend nccl ...                       # one rank per task
-//   torchrun-style: RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT set per process
 //
-// As in run_tensor_parallel, without RANK or an srun step in the environment the program is
-// the launcher: it checks the flags, serves the rendezvous and starts n = --world-size copies
-// of itself; with --world-size 1 the one rank runs in the launcher's own process.
-//
-// Every rank builds the whole model from --seed (the same weights everywhere) and runs its
-// own share of the batch: --batch-size rows per rank, so the global batch is n x
-// --batch-size. Batches are synthetic: torch::manual_seed(seed + 1000 + rank), then per step
-// torch::randint(vocab, {batch, seq_len + 1}), input = tokens[:, :-1], labels = tokens[:, 1:],
-// mask all ones. Dropout draws from seed + 1 + rank.
-//
-// --optimizer (after backward on this rank's rows):
-//   adamw  plain data parallelism: the gradients packed into one flat buffer, summed with
-//          one dist::all_reduce on the world group, divided by n and copied back, then
-//          torch::optim::AdamW on every rank (every rank holds all of the moments);
-//   zero1  kit::zero::ZeroAdamW stage 1: reduce-scatter, the update of this rank's shard
-//          of the flattened parameters, all-gather (it averages the gradients itself);
-//   zero2  the same, stage 2: between steps only the shard of the reduced gradients is kept.
-//
-// Metrics (--out, {rank} and {world} replaced), over the timed steps (after --warmup):
-//   tokens_per_sec: this rank's tokens per second (its --batch-size rows only); the job's
-//     rate is the sum over ranks ("tokens_per_sec_summed_over_ranks": false says so);
-//   losses (this rank's rows), step_seconds, timed_step_seconds;
-//   memory per rank, counted from the tensors, in bytes:
-//     parameter_bytes       every parameter (P elements, the tied weight once);
-//     gradient_bytes        the gradients kept between steps, after the step: adamw, every
-//                           p.grad(); zero1/zero2, ZeroAdamW::gradient_bytes() (zero2: the
-//                           reduced shard only);
-//     gradient_peak_bytes   the p.grad() bytes right after backward, before the step: every
-//                           variant holds all P gradients then (this ZeroAdamW reduces them
-//                           after backward), 4P;
-//     optimizer_state_bytes adamw, the AdamW state tensors (exp_avg, exp_avg_sq); zero1/2,
-//                           ZeroAdamW::state_bytes(); both after the first step;
-//     activation_bytes      the CPU tensor bytes held when the forward pass returned minus
-//                           those held when it started: what autograd saved for backward,
-//                           plus the logits and the loss. Counted by kit::memory's counting
-//                           CPU allocator (kit/memory.h), enabled before the model is built;
-//                           the largest over the steps. On a GPU: null, "not measured";
-//     peak_tensor_bytes     the most CPU tensor bytes held at once during a step (everything
-//                           above plus the step's transients: the flat gradient buffers);
-//     rss_forward_rise_bytes  the resident set's rise across the same forward (/proc/self/
-//                           statm), the largest over the steps: a cross-check that also sees
-//                           the allocator's own caching (often 0 after the first step, when
-//                           freed memory is reused);
-//     peak_rss_bytes        getrusage's ru_maxrss at the end (the whole process: LibTorch's
-//                           code, the model built from the seed, everything);
-//     formula_bytes         the ZeRO paper's per-rank formulas for fp32 AdamW with
-//                           P = parameter_count: parameters 4P; gradients 4P (adamw,
-//                           zero1) or 4P/n (zero2); optimizer state 8P (adamw) or 8P/n;
-//   communication per step per rank (the world group's counters):
-//     all_reduce_bytes_per_step: the bytes given to all_reduce (adamw: 4P; the counter
-//       records the tensor, not what crossed the wire);
-//     send_bytes_per_step: the bytes sent point to point (zero1/2: the ring's messages);
-//     comm_bytes_per_step: zero1/2 the counted send_bytes; adamw 2(n-1)/n x
-//       all_reduce_bytes (what a ring all-reduce sends per rank: derived, not counted;
-//       "comm_bytes_counted" says which);
-//     formula_all_reduce_comm_bytes_per_step: 2(n-1)/n x 4P;
-//     comm_seconds_per_step: time blocked in the group's collectives and messages.
+// How it starts its ranks, its synthetic batches and every field it writes: README.md in
+// this folder (run_zero); the options: --help.
 #include <torch/torch.h>
 
 #include <iostream>
@@ -83,25 +27,12 @@
 
 namespace {
 
-struct ZeroRunOptions {
-  kit::RunOptions run;
+struct ZeroRunOptions : kit::SyntheticOptions {
+  ZeroRunOptions() : SyntheticOptions("runs/zero/{world}/rank{rank}.json") {}
   int world_size = 2;
-  int64_t n_layer = 0;  // 0: the preset's
-  int64_t vocab = 1000;
-  int64_t steps = 10;
-  int64_t warmup = -1;  // -1: 1, or 0 when there is a single step
   double weight_decay = 1e-2;
   std::string optimizer = "zero1";
-  std::string backend = "gloo";
-  int port = 0;
 };
-
-kit::GPT2Config config_of(const ZeroRunOptions& o) {
-  kit::GPT2Config cfg = kit::model_config(o.run);
-  if (o.n_layer > 0) cfg.n_layer = o.n_layer;
-  if (cfg.vocab_size <= 0) cfg.vocab_size = o.vocab;  // what kit::build_model does
-  return cfg;
-}
 
 int stage_of(const std::string& optimizer) { return optimizer == "zero1" ? 1 : optimizer == "zero2" ? 2 : 0; }
 
@@ -111,13 +42,9 @@ void check_options(const ZeroRunOptions& o, int world_size) {
     throw kit::Error("--optimizer " + o.optimizer + " is not one of adamw, zero1, zero2 (ZeRO stage 3, sharded "
                      "parameters, is not built here)");
   if (world_size < 1) throw kit::Error("--world-size must be at least 1 (got " + std::to_string(world_size) + ")");
-  kit::check_steps(o.steps, o.warmup);
-  if (o.run.train.batch_size < 1 || o.run.data.seq_len < 1 || o.vocab < 2)
-    throw kit::Error("--batch-size and --seq-len must be positive and --vocab-size at least 2 (got " +
-                     std::to_string(o.run.train.batch_size) + ", " + std::to_string(o.run.data.seq_len) + ", " +
-                     std::to_string(o.vocab) + ")");
+  kit::check_synthetic_options(o);
   if (o.weight_decay < 0) throw kit::Error("--weight-decay must not be negative");
-  kit::check_model_fits(config_of(o), o.run.data.seq_len, o.vocab);
+  kit::check_model_fits(kit::synthetic_config(o), o.run.data.seq_len, o.vocab);
 }
 
 int64_t bytes_of(const torch::Tensor& t) {
@@ -130,7 +57,7 @@ int worker_main(const ZeroRunOptions& o, const kit::WorldInfo& me) {
   kit::dist::init_process_group(o.backend, rank, W);
   kit::set_threads(o.run.train.threads);
   const torch::Device device = kit::dist::device();
-  const kit::GPT2Config cfg = config_of(o);
+  const kit::GPT2Config cfg = kit::synthetic_config(o);
   const kit::dist::Group world = kit::dist::world_group();
   const int64_t B = o.run.train.batch_size, T = o.run.data.seq_len;
   // Every CPU tensor from here on is counted (kit/memory.h): the model, the state, the
@@ -268,10 +195,6 @@ int main(int argc, char** argv) {
                "optimizer state) or ZeRO stage 1 / 2 (the state, and at stage 2 the gradients, sharded across the "
                "ranks); counts each rank's parameter, gradient, optimizer-state and activation bytes."};
   ZeroRunOptions o;
-  o.run.preset = "cpu-small";
-  o.run.train.batch_size = 8;
-  o.run.data.seq_len = 64;
-  o.run.out = "runs/zero/{world}/rank{rank}.json";
   app.add_option("--world-size,--world_size", o.world_size,
                  "Data-parallel ranks n the kit starts (under srun or torchrun: taken from there)")
       ->capture_default_str();
@@ -279,18 +202,12 @@ int main(int argc, char** argv) {
                  "adamw (plain data parallelism: all-reduce, then torch::optim::AdamW), zero1 (ZeroAdamW stage 1: "
                  "optimizer state sharded) or zero2 (stage 2: gradients sharded too)")
       ->capture_default_str();
-  kit::add_preset_option(app, o.run);
-  app.add_option("--n-layer", o.n_layer, "Transformer blocks (default: the preset's)");
-  app.add_option("--dropout", o.run.dropout, "Dropout probability (default: the preset's)");
-  app.add_option("--batch-size", o.run.train.batch_size,
-                 "Rows per rank and step (each rank runs its own rows: the global batch is n times this)")
-      ->capture_default_str();
-  app.add_option("--seq-len", o.run.data.seq_len, "Tokens per row")->capture_default_str();
-  app.add_option("--vocab-size", o.vocab, "Vocabulary of the synthetic tokens")->capture_default_str();
-  kit::add_step_options(app, o.steps, o.warmup, "Batches, one optimizer step each");
+  kit::SyntheticHelp help;
+  help.batch_size = "Rows per rank and step (each rank runs its own rows: the global batch is n times this)";
+  help.steps = "Batches, one optimizer step each";
+  kit::add_model_options(app, o, help);
   app.add_option("--weight-decay", o.weight_decay, "AdamW's decoupled weight decay")->capture_default_str();
-  kit::add_process_options(app, o.run, o.backend, o.port);
-  kit::add_no_progress_option(app, o.run);
+  kit::add_process_options(app, o);
   app.footer(
       "Metrics per rank (--out): tokens_per_sec (this rank's rows; sum over ranks for the job), losses, step "
       "seconds; bytes per rank counted from the tensors: parameter_bytes, gradient_bytes (kept between steps), "
