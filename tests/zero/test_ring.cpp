@@ -38,6 +38,22 @@ torch::Tensor reference_sum(const torch::Tensor& mine, const dist::Group& group)
   return sum;
 }
 
+// This rank's input, the group's sum of everyone's by the built-in all-reduce, and a copy of
+// the input after the ring operation `op` (the group's counters reset just before it).
+struct RingRun {
+  torch::Tensor mine, want, got;
+};
+RingRun run_on_input(void (*op)(const torch::Tensor&, const dist::Group&), int64_t numel, torch::ScalarType type,
+                     const dist::Group& group) {
+  RingRun run;
+  run.mine = input_of(group.rank(), numel, type);
+  run.want = reference_sum(run.mine, group);
+  run.got = run.mine.clone();
+  group.reset_counters();
+  op(run.got, group);
+  return run;
+}
+
 ::testing::AssertionResult close(const torch::Tensor& got, const torch::Tensor& want, torch::ScalarType type) {
   return rank_test::close(got, want, tol(type), tol(type));
 }
@@ -51,11 +67,7 @@ RANK_ROLE(ring_reduce_scatter) {
   const int n = group.size(), r = group.rank();
   for (const auto type : kTypes)
     for (const int64_t numel : kSizes) {
-      const torch::Tensor mine = input_of(r, numel, type);
-      const torch::Tensor want = reference_sum(mine, group);
-      torch::Tensor t = mine.clone();
-      group.reset_counters();
-      ring::ring_reduce_scatter(t, group);
+      const auto [mine, want, t] = run_on_input(ring::ring_reduce_scatter, numel, type, group);
       const ring::Range c = ring::chunk_range(numel, n, r);
       EXPECT_TRUE(close(t.narrow(0, c.begin, c.size()), want.narrow(0, c.begin, c.size()), type))
           << "chunk " << r << " (elements " << c.begin << " to " << c.end << ") after ring_reduce_scatter, "
@@ -100,11 +112,7 @@ RANK_ROLE(ring_all_reduce) {
   sizes.push_back(n * 1000);  // n divides it: exactly 2(n-1)/n of the tensor
   for (const auto type : kTypes)
     for (const int64_t numel : sizes) {
-      const torch::Tensor mine = input_of(r, numel, type);
-      const torch::Tensor want = reference_sum(mine, group);
-      torch::Tensor t = mine.clone();
-      group.reset_counters();
-      ring::ring_all_reduce(t, group);
+      const auto [mine, want, t] = run_on_input(ring::ring_all_reduce, numel, type, group);
       const dist::Counters c = group.counters();
       EXPECT_TRUE(close(t, want, type)) << "after ring_all_reduce, " << what(numel, type, group);
       const int64_t elem = mine.element_size();
