@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "kit/config.h"
+#include "error_of.h"  // kit_test::error_of: the kit::Error message of `f`, or a failure
 #include "kit/errors.h"
 #include "model/gpt2.h"
 
@@ -58,18 +59,6 @@ inline std::string first_different_parameter(kit::GPT2& a, kit::GPT2& b) {
     if (!torch::equal(p.value(), q))
       return p.key() + " (max abs difference " + std::to_string((p.value() - q).abs().max().item<double>()) + ")";
   }
-  return "";
-}
-
-// The kit::Error message of `f`, or a failure.
-template <typename F>
-std::string error_of(F f) {
-  try {
-    f();
-  } catch (const kit::Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected a kit::Error";
   return "";
 }
 

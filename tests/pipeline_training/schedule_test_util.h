@@ -12,6 +12,7 @@
 #include <string>
 #include <thread>
 
+#include "error_of.h"
 #include "run_with_timeout.h"
 #include "kit/errors.h"
 #include "pipeline_training/action.h"
@@ -41,17 +42,7 @@ inline kit::pp::RankSchedule parse(const std::string& text) {
 }
 
 using kit_test::run_with_timeout;  // tests/run_with_timeout.h
-
-// The message of the kit::Error that fn throws, or a failure when it throws none.
-inline std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const kit::Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected a kit::Error, none was thrown";
-  return "";
-}
+using kit_test::error_of;          // tests/error_of.h: the kit::Error message of fn, or a failure
 
 // The student's schedule of every rank, or a failure naming what was not implemented.
 inline kit::pp::Schedules build(kit::pp::ScheduleKind kind, int64_t p, int64_t m, int64_t v = 1) {

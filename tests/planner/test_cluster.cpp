@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "error_of.h"
 #include "kit/errors.h"
 #include "planner/cluster.h"
 
@@ -20,13 +21,9 @@ json two_nodes() {
                           "inter_node": {"bandwidth": 1.25e10, "latency": 2e-5}})");
 }
 
+// The message of the kit::Error that cluster_from_json throws for j, or "" when it throws none.
 std::string error_of(const json& j) {
-  try {
-    pl::cluster_from_json(j);
-  } catch (const kit::Error& e) {
-    return e.what();
-  }
-  return "";
+  return kit_test::kit_error_message([&] { pl::cluster_from_json(j); }).value_or("");
 }
 
 }  // namespace

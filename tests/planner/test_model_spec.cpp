@@ -3,6 +3,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "error_of.h"
 #include "kit/errors.h"
 #include "planner/model_spec.h"
 
@@ -10,13 +11,9 @@ namespace {
 namespace pl = kit::planner;
 using nlohmann::json;
 
+// The message of the kit::Error that model_from_json throws for j, or "" when it throws none.
 std::string error_of(const json& j) {
-  try {
-    pl::model_from_json(j);
-  } catch (const kit::Error& e) {
-    return e.what();
-  }
-  return "";
+  return kit_test::kit_error_message([&] { pl::model_from_json(j); }).value_or("");
 }
 
 json one_layer() {
