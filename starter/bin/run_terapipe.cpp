@@ -104,21 +104,14 @@ int profile_main(const TeraOptions& o) {
   const kit::GPT2Config cfg = config_of(o);
   kit::GPT2 model = kit::build_model(cfg, o.vocab, o.run.data.seq_len, o.run.train.seed);
   const int64_t L = o.run.data.seq_len, blocks = kit::blocks_per_stage(cfg.n_layer, o.stages).front();
-  std::vector<int64_t> contexts{0};
-  if (L > 1)
-    for (const int64_t c : tp::latency_grid(L - 1)) contexts.push_back(c);
-  const auto samples = tp::profile_latency(*model, 0, blocks, o.run.train.batch_size / o.microbatches,
-                                           tp::latency_grid(L), contexts, o.profile_repeats);
-  const tp::LatencyModel fit = tp::fit_latency(samples);
-  const tp::FitError err = tp::fit_error(fit, samples);
-  std::cout << fit.to_string() << " over " << samples.size() << " samples; fit error: rms "
-            << 100 * err.rms_relative << " %, max " << 100 * err.max_relative << " %" << std::endl;
-  const nlohmann::json j = {{"program", "run_terapipe"}, {"preset", o.run.preset}, {"n_layer", cfg.n_layer},
-                            {"n_embd", cfg.n_embd}, {"n_head", cfg.n_head}, {"stages", o.stages},
-                            {"blocks", blocks}, {"seq_len", L}, {"rows", o.run.train.batch_size / o.microbatches},
-                            {"threads", o.run.train.threads}, {"model", tp::to_json(fit)},
-                            {"fit_error", {{"rms_relative", err.rms_relative}, {"max_relative", err.max_relative}}},
-                            {"samples", tp::to_json(samples)}};
+  const int64_t rows = o.run.train.batch_size / o.microbatches;
+  const tp::StageProfile profile = tp::profile_stage(*model, blocks, rows, L, o.profile_repeats);
+  std::cout << profile.fit.to_string() << " over " << profile.samples.size() << " samples; fit error: rms "
+            << 100 * profile.error.rms_relative << " %, max " << 100 * profile.error.max_relative << " %" << std::endl;
+  const nlohmann::json j = tp::latency_file_json(
+      profile, {{"program", "run_terapipe"}, {"preset", o.run.preset}, {"n_layer", cfg.n_layer}, {"n_embd", cfg.n_embd},
+                {"n_head", cfg.n_head}, {"stages", o.stages}, {"blocks", blocks}, {"seq_len", L}, {"rows", rows},
+                {"threads", o.run.train.threads}});
   const std::string text = j.dump(1) + "\n";
   kit::write_file_atomically(o.profile, std::vector<char>(text.begin(), text.end()), "--profile");
   std::cout << "wrote " << o.profile << std::endl;

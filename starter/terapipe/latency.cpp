@@ -207,4 +207,22 @@ LatencyModel read_latency_model(const std::string& path, const std::string& flag
   }
 }
 
+StageProfile profile_stage(GPT2Impl& model, int64_t num_blocks, int64_t rows, int64_t L, int repeats) {
+  std::vector<int64_t> contexts{0};
+  if (L > 1)
+    for (const int64_t c : latency_grid(L - 1)) contexts.push_back(c);
+  StageProfile p;
+  p.samples = profile_latency(model, 0, num_blocks, rows, latency_grid(L), contexts, repeats);
+  p.fit = fit_latency(p.samples);
+  p.error = fit_error(p.fit, p.samples);
+  return p;
+}
+
+nlohmann::json latency_file_json(const StageProfile& profile, nlohmann::json about) {
+  about["model"] = to_json(profile.fit);
+  about["fit_error"] = {{"rms_relative", profile.error.rms_relative}, {"max_relative", profile.error.max_relative}};
+  about["samples"] = to_json(profile.samples);
+  return about;
+}
+
 }  // namespace kit::terapipe

@@ -84,4 +84,16 @@ LatencyModel read_latency_model(const std::string& path, const std::string& flag
 // [{"l": .., "c": .., "seconds": ..}, ...]
 nlohmann::json to_json(const std::vector<LatencySample>& samples);
 
+// What run_terapipe --profile measures and writes: profile_latency of blocks [0, num_blocks)
+// with `rows` rows on lengths latency_grid(L) and contexts 0, latency_grid(L - 1), fitted.
+// The file read_latency_model reads: {"model", "fit_error": {rms_relative, max_relative},
+// "samples"} added to `about` (what was profiled, for the reader).
+struct StageProfile {
+  std::vector<LatencySample> samples;
+  LatencyModel fit;
+  FitError error;
+};
+StageProfile profile_stage(GPT2Impl& model, int64_t num_blocks, int64_t rows, int64_t L, int repeats);
+nlohmann::json latency_file_json(const StageProfile& profile, nlohmann::json about);
+
 }  // namespace kit::terapipe
