@@ -41,6 +41,11 @@ inline kit::pp::RankSchedule parse(const std::string& text) {
   return out;
 }
 
+using kit::pp::Costs;
+using kit::pp::PipelineShape;
+using kit::pp::ScheduleKind;
+using kit::pp::Schedules;
+using kit::pp::Timeline;
 using kit_test::run_with_timeout;  // tests/run_with_timeout.h
 using kit_test::error_of;          // tests/error_of.h: the kit::Error message of fn, or a failure
 

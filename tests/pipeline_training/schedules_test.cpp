@@ -15,13 +15,7 @@
 
 namespace {
 
-using kit::pp::Costs;
-using kit::pp::ScheduleKind;
-using kit::pp::Schedules;
-using kit::pp::Timeline;
-using pp_test::build;
-using pp_test::parse;
-using pp_test::show;
+using namespace pp_test;  // schedule_test_util.h and reference_schedules.h, with kit::pp's types
 
 constexpr double kF = 1, kB = 2;  // the SPEC's costs, no communication time
 
@@ -64,6 +58,23 @@ std::string shape_name(int64_t p, int64_t m, int64_t v = 1) {
   return "p = " + std::to_string(p) + ", m = " + std::to_string(m) + (v > 1 ? ", v = " + std::to_string(v) : "");
 }
 
+// For m = step, 2 step, ... up to 16: the student's `kind` schedule of shape {p, m, v} equals
+// the reference ref(m), replays, and check(timeline, m, what) holds. Stops at the first shape
+// that fails (one shape's diff is enough).
+template <typename Ref, typename Check>
+void expect_reference_for_every_m(ScheduleKind kind, const std::string& name, int64_t p, int64_t v, int64_t step,
+                                  Ref ref, Check check) {
+  for (int64_t m = step; m <= 16; m += step) {
+    const std::string what = name + " " + shape_name(p, m, v);
+    const Schedules s = build(kind, p, m, v);
+    expect_schedules(s, ref(m), what);
+    const std::optional<Timeline> t = replay(s, {p, m, v}, what);
+    if (!t) return;
+    check(*t, m, what);
+    if (::testing::Test::HasFailure()) return;
+  }
+}
+
 // ---- GPipe ---------------------------------------------------------------------------
 // One fixture per suite, so plain cases (TEST_F) and sweeps (TEST_P, instantiated without a
 // prefix) share the suite name the rubric grades.
@@ -89,16 +100,12 @@ TEST_F(ScheduleGPipe, SpecFactsFourRanksEightMicrobatches) {
 
 TEST_P(ScheduleGPipe, MatchesReferenceForEveryMicrobatchCount) {
   const int64_t p = GetParam();
-  for (int64_t m = 1; m <= 16; ++m) {
-    const std::string what = "GPipe " + shape_name(p, m);
-    const Schedules s = build(ScheduleKind::GPipe, p, m);
-    expect_schedules(s, pp_test::ref_all_gpipe(p, m), what);
-    const std::optional<Timeline> t = replay(s, {p, m, 1}, what);
-    if (!t) return;
-    EXPECT_DOUBLE_EQ(t->makespan, static_cast<double>(m + p - 1) * (kF + kB)) << what;
-    EXPECT_EQ(t->peak_in_flight, std::vector<int64_t>(static_cast<size_t>(p), m)) << what;
-    if (HasFailure()) return;  // one shape's diff is enough
-  }
+  expect_reference_for_every_m(
+      ScheduleKind::GPipe, "GPipe", p, 1, 1, [&](int64_t m) { return pp_test::ref_all_gpipe(p, m); },
+      [&](const Timeline& t, int64_t m, const std::string& what) {
+        EXPECT_DOUBLE_EQ(t.makespan, static_cast<double>(m + p - 1) * (kF + kB)) << what;
+        EXPECT_EQ(t.peak_in_flight, std::vector<int64_t>(static_cast<size_t>(p), m)) << what;
+      });
 }
 
 INSTANTIATE_TEST_SUITE_P(, ScheduleGPipe, ::testing::Range<int64_t>(1, 9),
@@ -139,17 +146,13 @@ TEST_F(Schedule1F1B, SpecFactsFourRanksEightMicrobatches) {
 
 TEST_P(Schedule1F1B, MatchesReferenceForEveryMicrobatchCount) {
   const int64_t p = GetParam();
-  for (int64_t m = 1; m <= 16; ++m) {
-    const std::string what = "1F1B " + shape_name(p, m);
-    const Schedules s = build(ScheduleKind::OneFOneB, p, m);
-    expect_schedules(s, pp_test::ref_all_1f1b(p, m), what);
-    const std::optional<Timeline> t = replay(s, {p, m, 1}, what);
-    if (!t) return;
-    EXPECT_DOUBLE_EQ(t->makespan, static_cast<double>(m + p - 1) * (kF + kB)) << what << ": same makespan as GPipe";
-    for (int64_t r = 0; r < p; ++r)
-      EXPECT_EQ(t->peak_in_flight.at(static_cast<size_t>(r)), std::min(p - r, m)) << what << ", rank " << r;
-    if (HasFailure()) return;
-  }
+  expect_reference_for_every_m(
+      ScheduleKind::OneFOneB, "1F1B", p, 1, 1, [&](int64_t m) { return pp_test::ref_all_1f1b(p, m); },
+      [&](const Timeline& t, int64_t m, const std::string& what) {
+        EXPECT_DOUBLE_EQ(t.makespan, static_cast<double>(m + p - 1) * (kF + kB)) << what << ": same makespan as GPipe";
+        for (int64_t r = 0; r < p; ++r)
+          EXPECT_EQ(t.peak_in_flight.at(static_cast<size_t>(r)), std::min(p - r, m)) << what << ", rank " << r;
+      });
 }
 
 INSTANTIATE_TEST_SUITE_P(, Schedule1F1B, ::testing::Range<int64_t>(1, 9),
@@ -201,18 +204,15 @@ TEST_F(ScheduleInterleaved, OneRankRunsItsChunksInOrder) {
 }
 
 TEST_P(ScheduleInterleaved, MatchesReferenceForEverySupportedMicrobatchCount) {
-  const auto [p, v] = GetParam();
-  for (int64_t m = p; m <= 16; m += p) {  // m must be a multiple of p
-    const std::string what = "interleaved " + shape_name(p, m, v);
-    const Schedules s = build(ScheduleKind::Interleaved, p, m, v);
-    expect_schedules(s, pp_test::ref_all_interleaved(p, m, v), what);
-    const std::optional<Timeline> t = replay(s, {p, m, v}, what);
-    if (!t) return;
-    for (int64_t r = 0; r < p; ++r)
-      EXPECT_EQ(t->peak_in_flight.at(static_cast<size_t>(r)), pp_test::ref_interleaved_peak_in_flight(p, m, v, r))
-          << what << ", rank " << r;
-    if (HasFailure()) return;
-  }
+  const int64_t p = std::get<0>(GetParam()), v = std::get<1>(GetParam());
+  expect_reference_for_every_m(  // m must be a multiple of p
+      ScheduleKind::Interleaved, "interleaved", p, v, p,
+      [&](int64_t m) { return pp_test::ref_all_interleaved(p, m, v); },
+      [&](const Timeline& t, int64_t m, const std::string& what) {
+        for (int64_t r = 0; r < p; ++r)
+          EXPECT_EQ(t.peak_in_flight.at(static_cast<size_t>(r)), pp_test::ref_interleaved_peak_in_flight(p, m, v, r))
+              << what << ", rank " << r;
+      });
 }
 
 INSTANTIATE_TEST_SUITE_P(, ScheduleInterleaved,

@@ -15,13 +15,7 @@
 
 namespace {
 
-using kit::pp::Costs;
-using kit::pp::PipelineShape;
-using kit::pp::ScheduleKind;
-using kit::pp::Schedules;
-using kit::pp::Timeline;
-using pp_test::error_of;
-using pp_test::parse;
+using namespace pp_test;  // schedule_test_util.h and reference_schedules.h, with kit::pp's types
 
 Costs costs(double forward, double backward, double comm = 0) {
   Costs c;
