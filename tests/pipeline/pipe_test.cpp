@@ -146,11 +146,17 @@ torch::nn::Sequential probed_identity(Seen& seen) {
   return seq;
 }
 
+// Runs rows 0..rows-1 (row r holds r) through three probed identity stages in micro-batches of
+// `split`: "" when the pipe finished (run_with_timeout's status).
+std::string forward_probed(Seen& seen, int64_t rows, int64_t split) {
+  Pipe pipe(probed_identity(seen), split, 1);
+  const auto x = torch::arange(rows, torch::kFloat64).unsqueeze(1);
+  return run_with_timeout([&] { pipe->forward(x); }, kHangSeconds);
+}
+
 TEST(PipeMicrobatches, TenRowsInFoursAreFourFourTwo) {
   Seen seen;
-  Pipe pipe(probed_identity(seen), 4, 1);
-  const auto x = torch::arange(10, torch::kFloat64).unsqueeze(1);
-  ASSERT_EQ(run_with_timeout([&] { pipe->forward(x); }, kHangSeconds), "");
+  ASSERT_EQ(forward_probed(seen, 10, 4), "");
   for (size_t j = 0; j < 3; ++j)
     EXPECT_EQ(seen.sizes_per_stage[j], (std::vector<int64_t>{4, 4, 2}))
         << "stage " << j << " saw micro-batches of the wrong sizes: 10 rows with split_size 4 are 4, 4, 2 "
@@ -159,9 +165,7 @@ TEST(PipeMicrobatches, TenRowsInFoursAreFourFourTwo) {
 
 TEST(PipeMicrobatches, EveryStageSeesTheMicrobatchesInOrder) {
   Seen seen;
-  Pipe pipe(probed_identity(seen), 2, 1);
-  const auto x = torch::arange(12, torch::kFloat64).unsqueeze(1);
-  ASSERT_EQ(run_with_timeout([&] { pipe->forward(x); }, kHangSeconds), "");
+  ASSERT_EQ(forward_probed(seen, 12, 2), "");
   for (size_t j = 0; j < 3; ++j)
     EXPECT_EQ(seen.rows_per_stage[j], (std::vector<int64_t>{0, 2, 4, 6, 8, 10}))
         << "stage " << j << " must see micro-batches 0..5 in order (listed by their first row)";
