@@ -24,6 +24,16 @@ void expect_contains(const std::string& text, const std::string& part) {
   EXPECT_NE(text.find(part), std::string::npos) << "the message should mention \"" << part << "\"; it is:\n" << text;
 }
 
+// make_figures' options with every input an absent file that the user did not name (so it is
+// skipped) and the figures going to dir/figures; a test names the inputs it is about.
+FigureOptions nothing_given(const TempDir& dir) {
+  FigureOptions o;
+  for (InputPath* in : {&o.dp_single, &o.dp_multi, &o.model_parallel, &o.pipeline, &o.single})
+    *in = {dir / "absent", false};
+  o.out_dir = dir / "figures";
+  return o;
+}
+
 json good_file() { return run_file("train", 1, 64, {epoch(1, 0, 1, 2, 100), epoch(2, 0, 1, 2, 110)}); }
 
 TEST(PlotsInputErrors, TruncatedJsonNamesTheFile) {
@@ -166,13 +176,9 @@ TEST(PlotsInputErrors, MakeFiguresStopsBeforeDrawing) {
   TempDir dir;
   write_json(dir / "w1/rank0.json", run_file("run_data_parallel", 1, 64, {epoch(1, 0, 1, 1, 10)}));
   write_text(dir / "w2/rank0.json", "{\"run\": ");
-  FigureOptions o;
+  FigureOptions o = nothing_given(dir);
   o.dp_single = {dir / "w1", true};
   o.dp_multi = {dir / "w2", true};
-  o.model_parallel = {dir / "absent_mp.json", false};
-  o.pipeline = {dir / "absent_pp.json", false};
-  o.single = {dir / "absent_train.json", false};
-  o.out_dir = dir / "figures";
   const std::string msg = message_of<kit::Error>([&] { make_figures(o); });
   expect_contains(msg, dir / "w2/rank0.json");
   EXPECT_FALSE(fs::exists(dir / "figures/dp_training_time.png"));
@@ -182,13 +188,8 @@ TEST(PlotsInputErrors, MakeFiguresStopsBeforeDrawing) {
 
 TEST(PlotsInputErrors, AGivenPathMustExist) {
   TempDir dir;
-  FigureOptions o;
+  FigureOptions o = nothing_given(dir);
   o.dp_single = {dir / "typo", true};
-  o.dp_multi = {dir / "absent", false};
-  o.model_parallel = {dir / "absent", false};
-  o.pipeline = {dir / "absent", false};
-  o.single = {dir / "absent", false};
-  o.out_dir = dir / "figures";
   expect_contains(message_of<kit::Error>([&] { make_figures(o); }), dir / "typo");
 }
 
@@ -197,13 +198,9 @@ TEST(PlotsInputErrors, SwappedPipelineModesAreCaught) {
   TempDir dir;
   write_json(dir / "mp.json", run_file("run_pipeline", 1, 32, {epoch(1, 0, 1, 1, 10)}, "model_parallel"));
   write_json(dir / "pp.json", run_file("run_pipeline", 1, 32, {epoch(1, 0, 1, 1, 10)}, "pipeline_parallel"));
-  FigureOptions o;
-  o.dp_single = {dir / "absent", false};
-  o.dp_multi = {dir / "absent", false};
+  FigureOptions o = nothing_given(dir);
   o.model_parallel = {dir / "pp.json", true};
   o.pipeline = {dir / "mp.json", true};
-  o.single = {dir / "absent", false};
-  o.out_dir = dir / "figures";
   const std::string msg = message_of<kit::Error>([&] { make_figures(o); });
   expect_contains(msg, dir / "pp.json");
   expect_contains(msg, "did you swap");
