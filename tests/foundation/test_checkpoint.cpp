@@ -13,11 +13,7 @@
 #include "model/gpt2.h"
 
 namespace {
-using kit_test::error_of;
-using kit_test::first_different_parameter;
-using kit_test::model_from_seed;
-using kit_test::TempFile;
-using kit_test::tiny;
+using namespace kit_test;  // foundation/checkpoint_test_util.h
 
 // What Hugging Face's GPT2LMHeadModel.state_dict() looks like for this model: the
 // "transformer." prefix, Conv1D weights (in, out), causal-mask buffers, a tied lm_head.

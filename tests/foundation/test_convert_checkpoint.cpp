@@ -19,11 +19,7 @@
 #include "build_programs.h"
 
 namespace {
-using kit_test::error_of;
-using kit_test::first_different_parameter;
-using kit_test::model_from_seed;
-using kit_test::TempFile;
-using kit_test::tiny;
+using namespace kit_test;  // foundation/checkpoint_test_util.h
 
 // Writes a safetensors file: the 8-byte little-endian header length, the JSON header, the
 // bytes. Tensors go in as float32.
