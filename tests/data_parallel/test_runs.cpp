@@ -217,14 +217,20 @@ std::string describe(const dp_test::RunResult& r) {
   return s.str();
 }
 
-TEST(DataParallelRun, TwoRanksStartedByTheKitMatchOneProcessOnTheFullBatch) {
-  dp_test::TempDir dir("kit2");
+// Runs the program in `dir` on `world` ranks that the kit starts, saving the gradients, and
+// checks them against one process on the full batch.
+void expect_kit_started_world_matches_one_process(const dp_test::TempDir& dir, int world) {
   Tiny tiny(dir);
   auto args = tiny.save_args();
-  args.insert(args.end(), {"--world-size", "2"});
+  args.insert(args.end(), {"--world-size", std::to_string(world)});
   auto r = run_program(args, {}, dir / "run.log");
   ASSERT_EQ(r.exitcode, 0) << describe(r);
-  expect_matches_single_process(tiny, 2);
+  expect_matches_single_process(tiny, world);
+}
+
+TEST(DataParallelRun, TwoRanksStartedByTheKitMatchOneProcessOnTheFullBatch) {
+  dp_test::TempDir dir("kit2");
+  ASSERT_NO_FATAL_FAILURE(expect_kit_started_world_matches_one_process(dir, 2));
   EXPECT_EQ(dp_test::leftovers_after(dir.path(), 5), std::vector<std::string>{});
 }
 
@@ -315,12 +321,7 @@ TEST(DataParallelBucketed, OverlappedBucketsGiveWhatAverageGradientsGives) {
 
 TEST(DataParallelRun, AWorldOfOneMatchesOneProcess) {
   dp_test::TempDir dir("world1");
-  Tiny tiny(dir);
-  auto args = tiny.save_args();
-  args.insert(args.end(), {"--world-size", "1"});
-  auto r = run_program(args, {}, dir / "run.log");
-  ASSERT_EQ(r.exitcode, 0) << describe(r);
-  expect_matches_single_process(tiny, 1);
+  expect_kit_started_world_matches_one_process(dir, 1);
 }
 
 TEST(DataParallelRun, TrainsEpochsAndWritesEachRanksMetrics) {
