@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <sstream>
 
+#include "float64_model.h"
 #include "grid/trainer.h"
 #include "model/checkpoint.h"
 #include "rank_roles.h"
@@ -33,12 +34,7 @@ kit::GPT2Config tiny_config() {
   return cfg;
 }
 
-kit::GPT2 make_model(const kit::GPT2Config& cfg) {
-  torch::manual_seed(1234);
-  kit::GPT2 model(cfg);
-  model->to(torch::kFloat64);
-  return model;
-}
+kit::GPT2 make_model(const kit::GPT2Config& cfg) { return kit_test::float64_model(cfg, 1234); }
 
 struct Batch {
   torch::Tensor idx, labels, mask;

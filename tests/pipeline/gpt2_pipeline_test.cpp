@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "float64_model.h"
 #include "kit/config.h"
 #include "kit/errors.h"
 #include "model/gpt2.h"
@@ -28,12 +29,7 @@ GPT2Config small_config(int64_t n_layer) {
   return cfg;
 }
 
-GPT2 make_model(const GPT2Config& cfg, uint64_t seed = 1) {
-  torch::manual_seed(seed);
-  GPT2 model(cfg);
-  model->to(torch::kFloat64);
-  return model;
-}
+GPT2 make_model(const GPT2Config& cfg, uint64_t seed = 1) { return kit_test::float64_model(cfg, seed); }
 
 Batch make_batch(int64_t B, int64_t T, int64_t vocab) {
   torch::manual_seed(99);

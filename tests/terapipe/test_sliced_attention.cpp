@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "float64_model.h"
 #include "kit/errors.h"
 #include "model/gpt2.h"
 #include "terapipe/sliced_attention.h"
@@ -21,10 +22,7 @@ kit::GPT2 tiny_model() {
   kit::GPT2Config cfg = kit::gpt2_preset("tiny");
   cfg.vocab_size = 64;
   cfg.dropout = 0;
-  torch::manual_seed(3);
-  kit::GPT2 model(cfg);
-  model->to(torch::kFloat64);
-  return model;
+  return kit_test::float64_model(cfg, 3);
 }
 
 struct Result {

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "float64_model.h"
 #include "kit/errors.h"
 #include "model/gpt2.h"
 #include "pipeline_training/simulate.h"
@@ -32,10 +33,7 @@ kit::GPT2 tiny_model(int64_t n_layer = kStages) {
   cfg.vocab_size = kVocab;
   cfg.n_layer = n_layer;
   cfg.dropout = 0;
-  torch::manual_seed(3);
-  kit::GPT2 model(cfg);
-  model->to(torch::kFloat64);
-  return model;
+  return kit_test::float64_model(cfg, 3);
 }
 
 struct Data {
