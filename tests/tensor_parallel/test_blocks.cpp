@@ -106,10 +106,14 @@ kit::GPT2Config dropout_config() {
   return cfg;
 }
 
-// Checks the parallel layer against the full one in eval mode, then puts it in training mode
-// and returns the training checks' input (seed 8).
-template <typename Full, typename Par>
-torch::Tensor eval_checked_then_training_input(Full full, Par par, const kit::dist::Group& group, const char* what) {
+// Builds the full layer and the parallel one with dropout 0.5 (seed 3), checks the parallel
+// one against the full one in eval mode, then puts it in training mode and runs
+// training_checks(par, x) without gradients, on input x (seed 8).
+template <typename Full, typename Par, typename Checks>
+void in_training_with_dropout(const kit::dist::Group& group, const char* what, Checks training_checks) {
+  torch::manual_seed(3);
+  Full full(dropout_config());
+  Par par(dropout_config(), group);
   par->load_full(*full);
   full->eval();
   par->eval();
@@ -123,7 +127,9 @@ torch::Tensor eval_checked_then_training_input(Full full, Par par, const kit::di
   }
   par->train();
   torch::manual_seed(8);
-  return torch::randn({kB, kT, tp_test::tiny_config().n_embd});
+  const torch::Tensor training_x = torch::randn({kB, kT, tp_test::tiny_config().n_embd});
+  torch::NoGradGuard no_grad;
+  training_checks(par, training_x);
 }
 
 void expect_output_dropout(double frac, const kit::dist::Group& group, const char* what) {
@@ -134,27 +140,23 @@ void expect_output_dropout(double frac, const kit::dist::Group& group, const cha
 }
 
 void attention_with_dropout(const kit::dist::Group& group) {
-  torch::manual_seed(3);
-  kit::CausalSelfAttention full(dropout_config());
-  tp::ParallelAttention par(dropout_config(), group);
-  const torch::Tensor x = eval_checked_then_training_input(full, par, group, "attention");
-  torch::NoGradGuard no_grad;
-  par->resid_dropout->options.p(0.0);  // attention's dropout alone
-  const torch::Tensor eval_y = [&] { par->eval(); auto y = par(x); par->train(); return y; }();
-  EXPECT_FALSE(close(par(x), eval_y)) << "attention in training with attn_dropout at p = 0.5 gave its eval output, "
-                                         "rank " << group.rank() << ": the attention probabilities were not dropped";
-  par->attn_dropout->options.p(0.0);  // the residual dropout alone
-  par->resid_dropout->options.p(0.5);
-  expect_output_dropout(zero_fraction(par(x)), group, "attention");
+  in_training_with_dropout<kit::CausalSelfAttention, tp::ParallelAttention>(
+      group, "attention", [&](tp::ParallelAttention& par, const torch::Tensor& x) {
+        par->resid_dropout->options.p(0.0);  // attention's dropout alone
+        const torch::Tensor eval_y = [&] { par->eval(); auto y = par(x); par->train(); return y; }();
+        EXPECT_FALSE(close(par(x), eval_y))
+            << "attention in training with attn_dropout at p = 0.5 gave its eval output, "
+               "rank " << group.rank() << ": the attention probabilities were not dropped";
+        par->attn_dropout->options.p(0.0);  // the residual dropout alone
+        par->resid_dropout->options.p(0.5);
+        expect_output_dropout(zero_fraction(par(x)), group, "attention");
+      });
 }
 
 void mlp_with_dropout(const kit::dist::Group& group) {
-  torch::manual_seed(3);
-  kit::MLP full(dropout_config());
-  tp::ParallelMLP par(dropout_config(), group);
-  const torch::Tensor x = eval_checked_then_training_input(full, par, group, "MLP");
-  torch::NoGradGuard no_grad;
-  expect_output_dropout(zero_fraction(par(x)), group, "MLP");
+  in_training_with_dropout<kit::MLP, tp::ParallelMLP>(group, "MLP", [&](tp::ParallelMLP& par, const torch::Tensor& x) {
+    expect_output_dropout(zero_fraction(par(x)), group, "MLP");
+  });
 }
 
 TP_ROLE(dropout_layers) {
