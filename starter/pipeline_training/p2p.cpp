@@ -242,11 +242,20 @@ P2P::~P2P() {
   delete impl_;
 }
 
-void P2P::note_recv(std::chrono::steady_clock::time_point t0) {
+void P2P::send(int64_t kind, const torch::Tensor& t, int64_t to_stage, int64_t microbatch) {
+  impl_->send(kind, t, to_stage, microbatch);
+  ++sent_;
+}
+
+torch::Tensor P2P::recv(int64_t kind, int64_t from_stage, int64_t microbatch, const std::vector<int64_t>& shape) {
+  const auto t0 = std::chrono::steady_clock::now();
+  auto t = impl_->recv(kind, from_stage, microbatch, shape);
   const auto t1 = std::chrono::steady_clock::now();
   recv_seconds_ += std::chrono::duration<double>(t1 - t0).count();
   const auto since_epoch = [](auto t) { return std::chrono::duration<double>(t.time_since_epoch()).count(); };
   recv_spans_.emplace_back(since_epoch(t0), since_epoch(t1));
+  ++received_;
+  return t;
 }
 
 std::vector<std::pair<double, double>> P2P::take_recv_spans() {
@@ -256,29 +265,19 @@ std::vector<std::pair<double, double>> P2P::take_recv_spans() {
 }
 
 void P2P::send_activation(const torch::Tensor& t, int64_t to_stage, int64_t microbatch) {
-  impl_->send(Activation, t, to_stage, microbatch);
-  ++sent_;
+  send(Activation, t, to_stage, microbatch);
 }
 
 torch::Tensor P2P::recv_activation(int64_t from_stage, int64_t microbatch, const std::vector<int64_t>& shape) {
-  const auto t0 = std::chrono::steady_clock::now();
-  auto t = impl_->recv(Activation, from_stage, microbatch, shape);
-  note_recv(t0);
-  ++received_;
-  return t;
+  return recv(Activation, from_stage, microbatch, shape);
 }
 
 void P2P::send_gradient(const torch::Tensor& t, int64_t to_stage, int64_t microbatch) {
-  impl_->send(Gradient, t, to_stage, microbatch);
-  ++sent_;
+  send(Gradient, t, to_stage, microbatch);
 }
 
 torch::Tensor P2P::recv_gradient(int64_t from_stage, int64_t microbatch, const std::vector<int64_t>& shape) {
-  const auto t0 = std::chrono::steady_clock::now();
-  auto t = impl_->recv(Gradient, from_stage, microbatch, shape);
-  note_recv(t0);
-  ++received_;
-  return t;
+  return recv(Gradient, from_stage, microbatch, shape);
 }
 
 void P2P::finish() { impl_->finish(); }

@@ -54,7 +54,9 @@ class P2P {
   std::vector<std::pair<double, double>> take_recv_spans();
 
  private:
-  void note_recv(std::chrono::steady_clock::time_point t0);  // a receive that began at t0 ended now
+  // One message of `kind` (activation or gradient): counted, and a receive timed.
+  void send(int64_t kind, const torch::Tensor& t, int64_t to_stage, int64_t microbatch);
+  torch::Tensor recv(int64_t kind, int64_t from_stage, int64_t microbatch, const std::vector<int64_t>& shape);
 
   struct Impl;
   Impl* impl_;
