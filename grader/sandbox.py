@@ -317,37 +317,39 @@ def _killpg(pid):
         pass
 
 
+def _proc_files(name):
+    """(pid, text of /proc/<pid>/<name>) for every process, one pass over /proc; a process
+    that ends meanwhile is passed over."""
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                text = Path(f"/proc/{d}/{name}").read_text()
+            except (FileNotFoundError, ProcessLookupError):
+                continue
+            yield int(d), text
+
+
 def _pids_of_uid(uid):
     """Processes whose real uid is uid. Read from /proc/<pid>/status, not the owner of
     /proc/<pid>: a non-dumpable process (the test programs make themselves so under the
     grader, and a submission could) shows as owned by root there."""
     pids = []
-    for d in os.listdir("/proc"):
-        if d.isdigit():
-            try:
-                status = Path(f"/proc/{d}/status").read_text()
-            except (FileNotFoundError, ProcessLookupError):
-                continue
-            for line in status.splitlines():
-                if line.startswith("Uid:"):
-                    if int(line.split()[1]) == uid:
-                        pids.append(int(d))
-                    break
+    for pid, status in _proc_files("status"):
+        for line in status.splitlines():
+            if line.startswith("Uid:"):
+                if int(line.split()[1]) == uid:
+                    pids.append(pid)
+                break
     return pids
 
 
 def _parents():
     """{pid: parent pid} of every process (one pass over /proc)."""
     out = {}
-    for d in os.listdir("/proc"):
-        if d.isdigit():
-            try:
-                stat = Path(f"/proc/{d}/stat").read_text()
-            except (FileNotFoundError, ProcessLookupError):
-                continue
-            fields = stat[stat.rfind(")") + 2:].split()
-            if len(fields) > 1:
-                out[int(d)] = int(fields[1])
+    for pid, stat in _proc_files("stat"):
+        fields = stat[stat.rfind(")") + 2:].split()
+        if len(fields) > 1:
+            out[pid] = int(fields[1])
     return out
 
 
