@@ -65,24 +65,23 @@ std::string drop_rule(const RunResult& a, const RunResult& b) {
 void draw_pair(const RunResult& a, const RunResult& b, const std::string& what,
                const std::string& time_file, const std::string& tps_file, const std::optional<double>& tps_ratio,
                const std::string& ratio_words, const FigureOptions& o, std::vector<std::string>& written) {
-  BarChart time{what + ": training time per epoch\n" + drop_rule(a, b) + "; time averaged over ranks",
-                "training time per epoch (seconds)",
-                "s",
-                {{bar_label(a), a.stats.training_time}, {bar_label(b), b.stats.training_time}}};
-  const std::string time_path = (fs::path(o.out_dir) / time_file).string();
-  draw_bar_chart(time_path, time, o.png);
-  written.push_back(time_path);
+  const auto draw = [&](const std::string& file, const BarChart& chart) {
+    const std::string path = (fs::path(o.out_dir) / file).string();
+    draw_bar_chart(path, chart, o.png);
+    written.push_back(path);
+  };
+  draw(time_file, {what + ": training time per epoch\n" + drop_rule(a, b) + "; time averaged over ranks",
+                   "training time per epoch (seconds)",
+                   "s",
+                   {{bar_label(a), a.stats.training_time}, {bar_label(b), b.stats.training_time}}});
 
   char ratio[64] = "n/a";
   if (tps_ratio) std::snprintf(ratio, sizeof ratio, "%.2fx", *tps_ratio);
-  BarChart tps{what + ": throughput (" + ratio_words + " = " + ratio + ")\n" + drop_rule(a, b) +
-                   "; tokens/s summed over ranks",
-               "throughput (tokens/s)",
-               "",
-               {{bar_label(a), a.stats.tokens_per_sec}, {bar_label(b), b.stats.tokens_per_sec}}};
-  const std::string tps_path = (fs::path(o.out_dir) / tps_file).string();
-  draw_bar_chart(tps_path, tps, o.png);
-  written.push_back(tps_path);
+  draw(tps_file, {what + ": throughput (" + ratio_words + " = " + ratio + ")\n" + drop_rule(a, b) +
+                      "; tokens/s summed over ranks",
+                  "throughput (tokens/s)",
+                  "",
+                  {{bar_label(a), a.stats.tokens_per_sec}, {bar_label(b), b.stats.tokens_per_sec}}});
 }
 
 }  // namespace
