@@ -80,30 +80,7 @@ bool wanted(const pl::Strategy& s, const std::string& grids) {
   return false;
 }
 
-int run(const Options& o) {
-  const pl::Cluster cluster = pl::read_cluster(o.cluster);
-  const pl::ModelSpec model = pl::read_model(o.model, o.seq_len, o.shape);
-  const pl::Workload work{o.batch, o.seq_len};
-  std::vector<pl::Cost> costs;
-  // By default the best of each (d, p, t): its micro-batch size, schedule and ZeRO variants
-  // often cost the same and would fill the table.
-  std::set<std::tuple<int64_t, int64_t, int64_t>> seen;
-  for (auto& c : pl::search(cluster, model, work, search_options(o)))
-    if (wanted(c.strategy, o.grids) && (o.variants || seen.insert({c.strategy.dp, c.strategy.pp, c.strategy.tp}).second))
-      costs.push_back(std::move(c));
-  const size_t found = costs.size();
-  if (o.top > 0 && costs.size() > static_cast<size_t>(o.top)) costs.resize(static_cast<size_t>(o.top));
-  std::cout << cluster.name << " (" << cluster.devices() << " devices), " << model.name << ", batch " << o.batch
-            << " x " << o.seq_len << " tokens: " << found << (o.variants ? " strategies" : " grids (d, p, t)")
-            << (o.keep_infeasible ? "" : " that fit") << ", the best " << costs.size() << ":\n";
-  if (costs.empty())
-    std::cout << "none: no strategy " << (o.grids.empty() ? "" : "of --grids ") << "fits in the devices' memory with "
-              << "these options; try ZeRO (--zero 0,1,2), smaller micro-batches, or --keep-infeasible to see why\n";
-  else
-    pl::print_cost_table(costs, std::cout);
-  if (!o.json_out.empty()) pl::write_costs_json(o.json_out, cluster, o.model, o.batch, o.seq_len, costs);
-  return 0;
-}
+int run(const Options& o);
 
 }  // namespace
 
@@ -158,3 +135,32 @@ int main(int argc, char** argv) {
     return 1;
   }
 }
+
+namespace {
+
+int run(const Options& o) {
+  const pl::Cluster cluster = pl::read_cluster(o.cluster);
+  const pl::ModelSpec model = pl::read_model(o.model, o.seq_len, o.shape);
+  const pl::Workload work{o.batch, o.seq_len};
+  std::vector<pl::Cost> costs;
+  // By default the best of each (d, p, t): its micro-batch size, schedule and ZeRO variants
+  // often cost the same and would fill the table.
+  std::set<std::tuple<int64_t, int64_t, int64_t>> seen;
+  for (auto& c : pl::search(cluster, model, work, search_options(o)))
+    if (wanted(c.strategy, o.grids) && (o.variants || seen.insert({c.strategy.dp, c.strategy.pp, c.strategy.tp}).second))
+      costs.push_back(std::move(c));
+  const size_t found = costs.size();
+  if (o.top > 0 && costs.size() > static_cast<size_t>(o.top)) costs.resize(static_cast<size_t>(o.top));
+  std::cout << cluster.name << " (" << cluster.devices() << " devices), " << model.name << ", batch " << o.batch
+            << " x " << o.seq_len << " tokens: " << found << (o.variants ? " strategies" : " grids (d, p, t)")
+            << (o.keep_infeasible ? "" : " that fit") << ", the best " << costs.size() << ":\n";
+  if (costs.empty())
+    std::cout << "none: no strategy " << (o.grids.empty() ? "" : "of --grids ") << "fits in the devices' memory with "
+              << "these options; try ZeRO (--zero 0,1,2), smaller micro-batches, or --keep-infeasible to see why\n";
+  else
+    pl::print_cost_table(costs, std::cout);
+  if (!o.json_out.empty()) pl::write_costs_json(o.json_out, cluster, o.model, o.batch, o.seq_len, costs);
+  return 0;
+}
+
+}  // namespace

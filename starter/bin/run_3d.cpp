@@ -67,6 +67,52 @@ void check_options(const Run3DOptions& o, int world_size) {
   if (!o.trace.empty()) kit::check_trace_paths(o.trace, o.grid.world());
 }
 
+int worker_main(const Run3DOptions& o, const kit::WorldInfo& world);
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"GPT-2 trained on a 3D grid of processes (Megatron-LM's PTD-P): --dp data-parallel replicas of a "
+               "--pp-stage pipeline whose stages are split --tp ways by tensor parallelism."};
+  Run3DOptions o;
+  int dp = 1, pp = 1, tp = 1;
+  app.add_option("--dp", dp, "Data-parallel degree d")->capture_default_str();
+  app.add_option("--pp", pp, "Pipeline-parallel degree p (stages, one per rank of a pipeline)")->capture_default_str();
+  app.add_option("--tp", tp, "Tensor-parallel degree t (consecutive ranks: keep it within a node)")
+      ->capture_default_str();
+  app.add_option("--chunks,--microbatches", o.microbatches, "Micro-batches m per data-parallel replica")
+      ->capture_default_str();
+  app.add_option("--schedule", o.schedule, "gpipe, 1f1b or interleaved")->capture_default_str();
+  app.add_option("--virtual", o.virtual_chunks, "Model chunks v per rank (interleaved only; v*p stages)")
+      ->capture_default_str();
+  app.add_flag("--zero", o.zero, "ZeRO-1 over each data-parallel group (optimizer state sharded d ways)");
+  kit::SyntheticHelp help;
+  help.n_layer = "Transformer blocks (default: the preset's); at least v*p";
+  help.batch_size = "Rows of the global batch (a multiple of d*m)";
+  help.vocab = "Vocabulary of the synthetic tokens (t must divide it)";
+  kit::add_model_options(app, o, help);
+  app.add_option("--weight-decay", o.weight_decay, "AdamW's decoupled weight decay")->capture_default_str();
+  app.add_option("--save", o.save, "Write the whole trained model here (gathered on rank 0; the one-process "
+                                   "checkpoint format)");
+  kit::add_process_options(app, o);
+  app.add_option("--trace", o.trace,
+                 "Write this rank's pipeline schedule over the timed steps as Chrome trace-event JSON here, for "
+                 "https://ui.perfetto.dev or chrome://tracing ({rank} and {world} replaced, else .rank<r> added; "
+                 "the directory must exist): F/B events with their P2P receives, one track per rank");
+  app.footer("Metrics per rank (--out): tokens_per_sec (the global batch's), losses, step seconds, "
+             "comm_seconds_per_step {data, tensor, pipeline, embedding}, parameter_bytes, peak_tensor_bytes, "
+             "peak_rss_bytes, and the rank's grid coordinates.");
+  return kit::guarded_main(argc, argv, app, [&] {
+    o.grid = {dp, pp, tp};
+    // Under srun or torchrun, check_options names the grid that does not fit the world.
+    return kit::run_ranks(0, o.grid.world(), o.port, "ranks of the grid " + o.grid.str(),
+                          [&] { check_options(o, o.grid.world()); },  // a bad flag fails before any process
+                          [&](const kit::WorldInfo& w) { return worker_main(o, w); });
+  });
+}
+
+namespace {
+
 int worker_main(const Run3DOptions& o, const kit::WorldInfo& world) {
   const int rank = world.rank, W = world.world_size;
   check_options(o, W);
@@ -162,43 +208,3 @@ int worker_main(const Run3DOptions& o, const kit::WorldInfo& world) {
 }
 
 }  // namespace
-
-int main(int argc, char** argv) {
-  CLI::App app{"GPT-2 trained on a 3D grid of processes (Megatron-LM's PTD-P): --dp data-parallel replicas of a "
-               "--pp-stage pipeline whose stages are split --tp ways by tensor parallelism."};
-  Run3DOptions o;
-  int dp = 1, pp = 1, tp = 1;
-  app.add_option("--dp", dp, "Data-parallel degree d")->capture_default_str();
-  app.add_option("--pp", pp, "Pipeline-parallel degree p (stages, one per rank of a pipeline)")->capture_default_str();
-  app.add_option("--tp", tp, "Tensor-parallel degree t (consecutive ranks: keep it within a node)")
-      ->capture_default_str();
-  app.add_option("--chunks,--microbatches", o.microbatches, "Micro-batches m per data-parallel replica")
-      ->capture_default_str();
-  app.add_option("--schedule", o.schedule, "gpipe, 1f1b or interleaved")->capture_default_str();
-  app.add_option("--virtual", o.virtual_chunks, "Model chunks v per rank (interleaved only; v*p stages)")
-      ->capture_default_str();
-  app.add_flag("--zero", o.zero, "ZeRO-1 over each data-parallel group (optimizer state sharded d ways)");
-  kit::SyntheticHelp help;
-  help.n_layer = "Transformer blocks (default: the preset's); at least v*p";
-  help.batch_size = "Rows of the global batch (a multiple of d*m)";
-  help.vocab = "Vocabulary of the synthetic tokens (t must divide it)";
-  kit::add_model_options(app, o, help);
-  app.add_option("--weight-decay", o.weight_decay, "AdamW's decoupled weight decay")->capture_default_str();
-  app.add_option("--save", o.save, "Write the whole trained model here (gathered on rank 0; the one-process "
-                                   "checkpoint format)");
-  kit::add_process_options(app, o);
-  app.add_option("--trace", o.trace,
-                 "Write this rank's pipeline schedule over the timed steps as Chrome trace-event JSON here, for "
-                 "https://ui.perfetto.dev or chrome://tracing ({rank} and {world} replaced, else .rank<r> added; "
-                 "the directory must exist): F/B events with their P2P receives, one track per rank");
-  app.footer("Metrics per rank (--out): tokens_per_sec (the global batch's), losses, step seconds, "
-             "comm_seconds_per_step {data, tensor, pipeline, embedding}, parameter_bytes, peak_tensor_bytes, "
-             "peak_rss_bytes, and the rank's grid coordinates.");
-  return kit::guarded_main(argc, argv, app, [&] {
-    o.grid = {dp, pp, tp};
-    // Under srun or torchrun, check_options names the grid that does not fit the world.
-    return kit::run_ranks(0, o.grid.world(), o.port, "ranks of the grid " + o.grid.str(),
-                          [&] { check_options(o, o.grid.world()); },  // a bad flag fails before any process
-                          [&](const kit::WorldInfo& w) { return worker_main(o, w); });
-  });
-}

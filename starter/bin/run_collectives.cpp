@@ -77,6 +77,48 @@ Timing time_op(const CollectivesOptions& o, const torch::Tensor& source, const t
   return t;
 }
 
+int worker_main(const CollectivesOptions& o, const kit::WorldInfo& me);
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"The ring all-reduce built from send/recv (kit::ring::ring_all_reduce) against the dist layer's "
+               "built-in all-reduce: float32, time per operation, algorithm and bus bandwidth for a range of sizes, "
+               "and a check that both give the same sums."};
+  CollectivesOptions o;
+  app.add_option("--world-size,--world_size", o.world_size,
+                 "Ranks n the kit starts (under srun or torchrun: taken from there)")
+      ->capture_default_str();
+  app.add_option("--min-bytes", o.min_bytes, "Smallest tensor (bytes; K, M, G: powers of 1024)")
+      ->capture_default_str();
+  app.add_option("--max-bytes", o.max_bytes, "Largest tensor")->capture_default_str();
+  app.add_option("--factor", o.factor, "Each size is this many times the previous one")->capture_default_str();
+  app.add_option("--warmup", o.warmup, "Untimed operations per size and algorithm (the first one's results are "
+                                       "compared)")
+      ->capture_default_str();
+  app.add_option("--iters", o.iters, "Timed operations per size and algorithm")->capture_default_str();
+  app.add_option("--threads", o.threads, "Intra-op threads per process (the ring's additions)")
+      ->capture_default_str();
+  app.add_option("--seed", o.seed, "Seed of the random tensors (rank r uses seed + r)")->capture_default_str();
+  app.add_option("--backend", o.backend, "gloo (CPU) or nccl (one GPU per rank)")
+      ->check(CLI::IsMember({"gloo", "nccl"}))
+      ->capture_default_str();
+  app.add_option("--port", o.port, "Rendezvous port when the kit starts the ranks (default: MASTER_PORT if set, "
+                                   "else a free port)");
+  app.add_option("--out", o.out, "Results JSON per rank ({rank}, {world} replaced; \"\": none)")
+      ->capture_default_str();
+  app.footer("Per size: time per operation (mean of --iters, the slowest rank's; the median too), algbw = "
+             "bytes / time, busbw = 2(n-1)/n x algbw (nccl-tests' definition), the ratio ring time / built-in "
+             "time, and the bytes the ring sent per operation (counted).");
+  return kit::guarded_main(argc, argv, app, [&] {
+    return kit::run_ranks(  // a bad flag fails in the launcher, before any process
+        app.count("--world-size") > 0 ? o.world_size : 0, o.world_size, o.port, "ranks (" + o.backend + ")",
+        [&] { check_options(o, o.world_size); }, [&](const kit::WorldInfo& w) { return worker_main(o, w); });
+  });
+}
+
+namespace {
+
 int worker_main(const CollectivesOptions& o, const kit::WorldInfo& me) {
   const int rank = me.rank, W = me.world_size;
   check_options(o, W);
@@ -128,39 +170,3 @@ int worker_main(const CollectivesOptions& o, const kit::WorldInfo& me) {
 }
 
 }  // namespace
-
-int main(int argc, char** argv) {
-  CLI::App app{"The ring all-reduce built from send/recv (kit::ring::ring_all_reduce) against the dist layer's "
-               "built-in all-reduce: float32, time per operation, algorithm and bus bandwidth for a range of sizes, "
-               "and a check that both give the same sums."};
-  CollectivesOptions o;
-  app.add_option("--world-size,--world_size", o.world_size,
-                 "Ranks n the kit starts (under srun or torchrun: taken from there)")
-      ->capture_default_str();
-  app.add_option("--min-bytes", o.min_bytes, "Smallest tensor (bytes; K, M, G: powers of 1024)")
-      ->capture_default_str();
-  app.add_option("--max-bytes", o.max_bytes, "Largest tensor")->capture_default_str();
-  app.add_option("--factor", o.factor, "Each size is this many times the previous one")->capture_default_str();
-  app.add_option("--warmup", o.warmup, "Untimed operations per size and algorithm (the first one's results are "
-                                       "compared)")
-      ->capture_default_str();
-  app.add_option("--iters", o.iters, "Timed operations per size and algorithm")->capture_default_str();
-  app.add_option("--threads", o.threads, "Intra-op threads per process (the ring's additions)")
-      ->capture_default_str();
-  app.add_option("--seed", o.seed, "Seed of the random tensors (rank r uses seed + r)")->capture_default_str();
-  app.add_option("--backend", o.backend, "gloo (CPU) or nccl (one GPU per rank)")
-      ->check(CLI::IsMember({"gloo", "nccl"}))
-      ->capture_default_str();
-  app.add_option("--port", o.port, "Rendezvous port when the kit starts the ranks (default: MASTER_PORT if set, "
-                                   "else a free port)");
-  app.add_option("--out", o.out, "Results JSON per rank ({rank}, {world} replaced; \"\": none)")
-      ->capture_default_str();
-  app.footer("Per size: time per operation (mean of --iters, the slowest rank's; the median too), algbw = "
-             "bytes / time, busbw = 2(n-1)/n x algbw (nccl-tests' definition), the ratio ring time / built-in "
-             "time, and the bytes the ring sent per operation (counted).");
-  return kit::guarded_main(argc, argv, app, [&] {
-    return kit::run_ranks(  // a bad flag fails in the launcher, before any process
-        app.count("--world-size") > 0 ? o.world_size : 0, o.world_size, o.port, "ranks (" + o.backend + ")",
-        [&] { check_options(o, o.world_size); }, [&](const kit::WorldInfo& w) { return worker_main(o, w); });
-  });
-}

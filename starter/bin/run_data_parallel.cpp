@@ -42,6 +42,44 @@ void save_step_file(const std::string& dir, int rank, const c10::Dict<std::strin
   kit::write_file_atomically(dir + "/rank" + std::to_string(rank) + ".pt", torch::pickle_save(dict), "--save-grads");
 }
 
+int worker_main(const DpOptions& o, const kit::WorldInfo& world);
+int launcher_main(const DpOptions& o);
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Data-parallel training of GPT-2: each rank trains on its partition of the data with averaged "
+               "gradients, and writes per-epoch metrics as JSON."};
+  DpOptions o;
+  o.run.out = "runs/data_parallel/world{world}/rank{rank}.json";
+  kit::add_run_options(app, o.run);
+  app.add_option("--world-size,--world_size", o.world_size,
+                 "Number of ranks the kit starts (under srun or torchrun: taken from there)")
+      ->capture_default_str();
+  app.add_option("--backend", o.backend, "gloo (CPU) or nccl (one GPU per rank)")
+      ->check(CLI::IsMember({"gloo", "nccl"}))
+      ->capture_default_str();
+  app.add_option("--port", o.port, "Rendezvous port when the kit starts the workers (0: a free port; "
+                                   "default: MASTER_PORT if set, else a free port)");
+  app.add_option("--save-grads", o.save_grads,
+                 "Test mode: take --steps steps and save each rank's gradients and parameters in this directory");
+  app.add_option("--steps", o.steps, "Steps to take with --save-grads")->capture_default_str();
+  app.add_option("--bucket-mb", o.bucket_mb,
+                 "Overlap the gradient all-reduce with backward in buckets of this many MiB "
+                 "(data_parallel/grad_buckets.h); 0: average_gradients after backward")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--fail-rank", o.fail_rank, "Make this rank fail on purpose (tests)")->group("");
+  return kit::guarded_main(argc, argv, app, [&] {
+    o.world_size_given = app.count("--world-size") > 0;
+    // run_data_parallel's worker checks --world-size against the launcher's itself.
+    return kit::launcher_or_worker(
+        0, [&] { return launcher_main(o); }, [&](const kit::WorldInfo& w) { return worker_main(o, w); });
+  });
+}
+
+namespace {
+
 int worker_main(const DpOptions& o, const kit::WorldInfo& world) {
   const int rank = world.rank, W = world.world_size;
   if (o.world_size_given && o.world_size != W)
@@ -160,34 +198,3 @@ int launcher_main(const DpOptions& o) {
 }
 
 }  // namespace
-
-int main(int argc, char** argv) {
-  CLI::App app{"Data-parallel training of GPT-2: each rank trains on its partition of the data with averaged "
-               "gradients, and writes per-epoch metrics as JSON."};
-  DpOptions o;
-  o.run.out = "runs/data_parallel/world{world}/rank{rank}.json";
-  kit::add_run_options(app, o.run);
-  app.add_option("--world-size,--world_size", o.world_size,
-                 "Number of ranks the kit starts (under srun or torchrun: taken from there)")
-      ->capture_default_str();
-  app.add_option("--backend", o.backend, "gloo (CPU) or nccl (one GPU per rank)")
-      ->check(CLI::IsMember({"gloo", "nccl"}))
-      ->capture_default_str();
-  app.add_option("--port", o.port, "Rendezvous port when the kit starts the workers (0: a free port; "
-                                   "default: MASTER_PORT if set, else a free port)");
-  app.add_option("--save-grads", o.save_grads,
-                 "Test mode: take --steps steps and save each rank's gradients and parameters in this directory");
-  app.add_option("--steps", o.steps, "Steps to take with --save-grads")->capture_default_str();
-  app.add_option("--bucket-mb", o.bucket_mb,
-                 "Overlap the gradient all-reduce with backward in buckets of this many MiB "
-                 "(data_parallel/grad_buckets.h); 0: average_gradients after backward")
-      ->check(CLI::NonNegativeNumber)
-      ->capture_default_str();
-  app.add_option("--fail-rank", o.fail_rank, "Make this rank fail on purpose (tests)")->group("");
-  return kit::guarded_main(argc, argv, app, [&] {
-    o.world_size_given = app.count("--world-size") > 0;
-    // run_data_parallel's worker checks --world-size against the launcher's itself.
-    return kit::launcher_or_worker(
-        0, [&] { return launcher_main(o); }, [&](const kit::WorldInfo& w) { return worker_main(o, w); });
-  });
-}

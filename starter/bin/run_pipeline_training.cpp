@@ -84,6 +84,61 @@ pp::OnAction failure_of(const PpOptions& o, int rank) {
   };
 }
 
+int worker_main(const PpOptions& o, const kit::WorldInfo& world);
+int launcher_main(const PpOptions& o);
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Pipeline-parallel training of GPT-2 across processes: each rank holds its chunks of the model "
+               "and performs a GPipe, 1F1B or interleaved 1F1B schedule over the micro-batches of each "
+               "(synthetic) batch, then takes one AdamW step."};
+  PpOptions o;
+  app.add_option("--world-size,--world_size,--stages", o.world_size,
+                 "Pipeline ranks p the kit starts (under srun or torchrun: taken from there)")
+      ->capture_default_str();
+  app.add_option("--schedule", o.schedule, "gpipe, 1f1b or interleaved")
+      ->check(CLI::IsMember({"gpipe", "1f1b", "pipedream-flush", "interleaved"}))
+      ->capture_default_str();
+  app.add_option("--chunks,--microbatches", o.microbatches,
+                 "Micro-batches m per batch (must divide --batch-size; interleaved: a multiple of p)")
+      ->capture_default_str();
+  app.add_option("--virtual", o.virtual_chunks, "Model chunks v per rank (interleaved only; S = v * p stages)")
+      ->capture_default_str();
+  kit::SyntheticHelp help;
+  help.n_layer = "Transformer blocks (default: the preset's); at least v * p";
+  help.batch_size = "Rows per batch (the whole pipeline's batch)";
+  kit::add_model_options(app, o, help);
+  app.add_flag("--memory", o.memory, "Count CPU tensor bytes (kit/memory.h) and report what each batch kept alive "
+                                     "per rank (metrics and --timeline JSON)");
+  kit::add_process_options(app, o);
+  app.add_option("--timeline", o.timeline, "Write this rank's measured timeline of the last batch as JSON here "
+                                           "({rank} replaced, else .rank<r> added)");
+  app.add_option("--trace", o.trace,
+                 "Write this rank's timed batches as Chrome trace-event JSON here, for https://ui.perfetto.dev "
+                 "or chrome://tracing ({rank} and {world} replaced, else .rank<r> added; the directory must "
+                 "exist): F/B events with their P2P receives, one track per rank");
+  app.add_option("--save", o.save, "Tests: write DIR/rank<r>.pt with gradients after the first batch, parameters "
+                                   "after --steps steps, the losses and the timeline");
+  app.add_option("--schedule-file", o.schedule_file,
+                 "Run these per-rank action lists instead of the built schedule: JSON {\"schedules\": "
+                 "[[{\"op\": \"F\", \"microbatch\": 0, \"chunk\": 0}, ...], ...]}");
+  app.add_flag("!--no-precheck", o.precheck,
+               "Do not replay the schedule in the simulator before running (a schedule that cannot finish "
+               "then fails with a timeout, KIT_DIST_TIMEOUT)");
+  app.add_option("--fail-rank", o.fail_rank, "Tests: this rank throws before its --fail-at-action'th action")
+      ->capture_default_str();
+  app.add_option("--fail-at-action", o.fail_at_action, "Tests: see --fail-rank (index in the first batch)")
+      ->capture_default_str();
+  return kit::guarded_main(argc, argv, app, [&] {
+    return kit::launcher_or_worker(
+        app.count("--world-size") > 0 ? o.world_size : 0, [&] { return launcher_main(o); },
+        [&](const kit::WorldInfo& w) { return worker_main(o, w); });
+  });
+}
+
+namespace {
+
 int worker_main(const PpOptions& o, const kit::WorldInfo& world) {
   const int rank = world.rank, W = world.world_size;
   const pp::Schedules schedules = checked_schedules(o, W);
@@ -215,51 +270,3 @@ int launcher_main(const PpOptions& o) {
 }
 
 }  // namespace
-
-int main(int argc, char** argv) {
-  CLI::App app{"Pipeline-parallel training of GPT-2 across processes: each rank holds its chunks of the model "
-               "and performs a GPipe, 1F1B or interleaved 1F1B schedule over the micro-batches of each "
-               "(synthetic) batch, then takes one AdamW step."};
-  PpOptions o;
-  app.add_option("--world-size,--world_size,--stages", o.world_size,
-                 "Pipeline ranks p the kit starts (under srun or torchrun: taken from there)")
-      ->capture_default_str();
-  app.add_option("--schedule", o.schedule, "gpipe, 1f1b or interleaved")
-      ->check(CLI::IsMember({"gpipe", "1f1b", "pipedream-flush", "interleaved"}))
-      ->capture_default_str();
-  app.add_option("--chunks,--microbatches", o.microbatches,
-                 "Micro-batches m per batch (must divide --batch-size; interleaved: a multiple of p)")
-      ->capture_default_str();
-  app.add_option("--virtual", o.virtual_chunks, "Model chunks v per rank (interleaved only; S = v * p stages)")
-      ->capture_default_str();
-  kit::SyntheticHelp help;
-  help.n_layer = "Transformer blocks (default: the preset's); at least v * p";
-  help.batch_size = "Rows per batch (the whole pipeline's batch)";
-  kit::add_model_options(app, o, help);
-  app.add_flag("--memory", o.memory, "Count CPU tensor bytes (kit/memory.h) and report what each batch kept alive "
-                                     "per rank (metrics and --timeline JSON)");
-  kit::add_process_options(app, o);
-  app.add_option("--timeline", o.timeline, "Write this rank's measured timeline of the last batch as JSON here "
-                                           "({rank} replaced, else .rank<r> added)");
-  app.add_option("--trace", o.trace,
-                 "Write this rank's timed batches as Chrome trace-event JSON here, for https://ui.perfetto.dev "
-                 "or chrome://tracing ({rank} and {world} replaced, else .rank<r> added; the directory must "
-                 "exist): F/B events with their P2P receives, one track per rank");
-  app.add_option("--save", o.save, "Tests: write DIR/rank<r>.pt with gradients after the first batch, parameters "
-                                   "after --steps steps, the losses and the timeline");
-  app.add_option("--schedule-file", o.schedule_file,
-                 "Run these per-rank action lists instead of the built schedule: JSON {\"schedules\": "
-                 "[[{\"op\": \"F\", \"microbatch\": 0, \"chunk\": 0}, ...], ...]}");
-  app.add_flag("!--no-precheck", o.precheck,
-               "Do not replay the schedule in the simulator before running (a schedule that cannot finish "
-               "then fails with a timeout, KIT_DIST_TIMEOUT)");
-  app.add_option("--fail-rank", o.fail_rank, "Tests: this rank throws before its --fail-at-action'th action")
-      ->capture_default_str();
-  app.add_option("--fail-at-action", o.fail_at_action, "Tests: see --fail-rank (index in the first batch)")
-      ->capture_default_str();
-  return kit::guarded_main(argc, argv, app, [&] {
-    return kit::launcher_or_worker(
-        app.count("--world-size") > 0 ? o.world_size : 0, [&] { return launcher_main(o); },
-        [&](const kit::WorldInfo& w) { return worker_main(o, w); });
-  });
-}

@@ -56,6 +56,38 @@ nlohmann::json bytes_json(const kit::tp::ParameterBytes& b) {
   return {{"blocks", b.blocks}, {"embeddings", b.embeddings}, {"other", b.other}, {"total", b.total()}};
 }
 
+int worker_main(const TpOptions& o, const kit::WorldInfo& world);
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Tensor-parallel (Megatron-LM) training of GPT-2 across processes: each rank holds 1/t of every "
+               "block and of the vocabulary, runs the whole (synthetic) batch and takes one AdamW step per batch."};
+  TpOptions o;
+  app.add_option("--world-size,--world_size,--tp", o.world_size,
+                 "Tensor-parallel ranks t the kit starts (under srun or torchrun: taken from there)")
+      ->capture_default_str();
+  kit::SyntheticHelp help;
+  help.batch_size = "Rows per batch (every rank runs all of them)";
+  help.vocab = "Vocabulary of the synthetic tokens (t must divide it)";
+  kit::add_model_options(app, o, help);
+  app.add_option("--n-head", o.n_head, "Attention heads (default: the preset's); t must divide it");
+  kit::add_process_options(app, o);
+  app.add_option("--save-checkpoint", o.save_checkpoint,
+                 "After training, gather the shards and write the whole model here (the first assignment's "
+                 "checkpoint format, read by train --init, kit::import_checkpoint and torch.load)");
+  app.add_option("--init-from", o.init_from, "Start from this whole-model checkpoint instead of --seed's weights");
+  return kit::guarded_main(argc, argv, app, [&] {
+    // A t that does not divide the model's sizes fails in the launcher, before any process.
+    return kit::run_ranks(
+        app.count("--world-size") > 0 ? o.world_size : 0, o.world_size, o.port,
+        "tensor-parallel ranks (" + o.backend + ")", [&] { check_options(o, o.world_size); },
+        [&](const kit::WorldInfo& w) { return worker_main(o, w); });
+  });
+}
+
+namespace {
+
 int worker_main(const TpOptions& o, const kit::WorldInfo& world) {
   const int rank = world.rank, W = world.world_size;
   check_options(o, W);
@@ -143,29 +175,3 @@ int worker_main(const TpOptions& o, const kit::WorldInfo& world) {
 }
 
 }  // namespace
-
-int main(int argc, char** argv) {
-  CLI::App app{"Tensor-parallel (Megatron-LM) training of GPT-2 across processes: each rank holds 1/t of every "
-               "block and of the vocabulary, runs the whole (synthetic) batch and takes one AdamW step per batch."};
-  TpOptions o;
-  app.add_option("--world-size,--world_size,--tp", o.world_size,
-                 "Tensor-parallel ranks t the kit starts (under srun or torchrun: taken from there)")
-      ->capture_default_str();
-  kit::SyntheticHelp help;
-  help.batch_size = "Rows per batch (every rank runs all of them)";
-  help.vocab = "Vocabulary of the synthetic tokens (t must divide it)";
-  kit::add_model_options(app, o, help);
-  app.add_option("--n-head", o.n_head, "Attention heads (default: the preset's); t must divide it");
-  kit::add_process_options(app, o);
-  app.add_option("--save-checkpoint", o.save_checkpoint,
-                 "After training, gather the shards and write the whole model here (the first assignment's "
-                 "checkpoint format, read by train --init, kit::import_checkpoint and torch.load)");
-  app.add_option("--init-from", o.init_from, "Start from this whole-model checkpoint instead of --seed's weights");
-  return kit::guarded_main(argc, argv, app, [&] {
-    // A t that does not divide the model's sizes fails in the launcher, before any process.
-    return kit::run_ranks(
-        app.count("--world-size") > 0 ? o.world_size : 0, o.world_size, o.port,
-        "tensor-parallel ranks (" + o.backend + ")", [&] { check_options(o, o.world_size); },
-        [&](const kit::WorldInfo& w) { return worker_main(o, w); });
-  });
-}

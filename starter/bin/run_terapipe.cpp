@@ -89,6 +89,51 @@ void check_options(const TeraOptions& o, int world_size) {
   if (!o.trace.empty()) kit::check_trace_paths(o.trace, static_cast<int>(o.stages));
 }
 
+int print_slicing_main(const TeraOptions& o);
+int profile_main(const TeraOptions& o);
+int worker_main(const TeraOptions& o, const kit::WorldInfo& world);
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"GPT-2 trained as a pipeline of --stages processes whose micro-batches enter token slice by token "
+               "slice (TeraPipe); --profile measures the stage latency t(l, c) the slicing program needs."};
+  TeraOptions o;
+  app.add_option("--stages", o.stages, "Pipeline stages K, one process each")->capture_default_str();
+  app.add_option("--slices", o.slices, "none, uniform:N, dp (TeraPipe's program on --latency) or lengths a+b+c")
+      ->capture_default_str();
+  app.add_option("--latency", o.latency, "A latency model written by --profile (for --slices dp and predictions)");
+  app.add_option("--profile", o.profile, "Measure t(l, c) of one stage in this process, fit it, write it here, exit");
+  app.add_flag("--print-slicing", o.print_slicing,
+               "Print the slicing --slices gives at --stages (and its predicted time with --latency) as JSON; exit");
+  app.add_option("--profile-repeats", o.profile_repeats, "Timings per (l, c) in --profile (their median)")
+      ->capture_default_str();
+  app.add_option("--chunks,--microbatches", o.microbatches, "Micro-batches m, each cut into the slices")
+      ->capture_default_str();
+  kit::SyntheticHelp help;
+  help.n_layer = "Transformer blocks (default: the preset's); at least --stages";
+  help.batch_size = "Rows per batch (a multiple of --chunks)";
+  help.seq_len = "Tokens per row: the L the slices add up to";
+  kit::add_model_options(app, o, help);
+  app.add_option("--n-positions", o.n_positions, "Context of the model (default: the preset's); at least --seq-len");
+  kit::add_process_options(app, o);
+  app.add_option("--trace", o.trace,
+                 "Write this rank's timed steps as Chrome trace-event JSON here, for https://ui.perfetto.dev or "
+                 "chrome://tracing ({rank} and {world} replaced, else .rank<r> added; the directory must exist): "
+                 "one track per stage, F/B of each slice with their P2P receives");
+  app.footer("Metrics per rank (--out): lengths, pipeline_seconds (measured), predicted_seconds (with --latency), "
+             "step_seconds, tokens_per_sec, losses (last stage), timeline of the last step.");
+  return kit::guarded_main(argc, argv, app, [&] {
+    if (o.print_slicing) return print_slicing_main(o);
+    if (!o.profile.empty()) return profile_main(o);
+    const int W = static_cast<int>(o.stages);
+    return kit::run_ranks(0, W, o.port, "pipeline stages", [&] { check_options(o, W); },
+                          [&](const kit::WorldInfo& w) { return worker_main(o, w); });
+  });
+}
+
+namespace {
+
 int print_slicing_main(const TeraOptions& o) {
   check_options(o, 0);
   const std::vector<int64_t> lengths = slicing_of(o);
@@ -199,40 +244,3 @@ int worker_main(const TeraOptions& o, const kit::WorldInfo& world) {
 }
 
 }  // namespace
-
-int main(int argc, char** argv) {
-  CLI::App app{"GPT-2 trained as a pipeline of --stages processes whose micro-batches enter token slice by token "
-               "slice (TeraPipe); --profile measures the stage latency t(l, c) the slicing program needs."};
-  TeraOptions o;
-  app.add_option("--stages", o.stages, "Pipeline stages K, one process each")->capture_default_str();
-  app.add_option("--slices", o.slices, "none, uniform:N, dp (TeraPipe's program on --latency) or lengths a+b+c")
-      ->capture_default_str();
-  app.add_option("--latency", o.latency, "A latency model written by --profile (for --slices dp and predictions)");
-  app.add_option("--profile", o.profile, "Measure t(l, c) of one stage in this process, fit it, write it here, exit");
-  app.add_flag("--print-slicing", o.print_slicing,
-               "Print the slicing --slices gives at --stages (and its predicted time with --latency) as JSON; exit");
-  app.add_option("--profile-repeats", o.profile_repeats, "Timings per (l, c) in --profile (their median)")
-      ->capture_default_str();
-  app.add_option("--chunks,--microbatches", o.microbatches, "Micro-batches m, each cut into the slices")
-      ->capture_default_str();
-  kit::SyntheticHelp help;
-  help.n_layer = "Transformer blocks (default: the preset's); at least --stages";
-  help.batch_size = "Rows per batch (a multiple of --chunks)";
-  help.seq_len = "Tokens per row: the L the slices add up to";
-  kit::add_model_options(app, o, help);
-  app.add_option("--n-positions", o.n_positions, "Context of the model (default: the preset's); at least --seq-len");
-  kit::add_process_options(app, o);
-  app.add_option("--trace", o.trace,
-                 "Write this rank's timed steps as Chrome trace-event JSON here, for https://ui.perfetto.dev or "
-                 "chrome://tracing ({rank} and {world} replaced, else .rank<r> added; the directory must exist): "
-                 "one track per stage, F/B of each slice with their P2P receives");
-  app.footer("Metrics per rank (--out): lengths, pipeline_seconds (measured), predicted_seconds (with --latency), "
-             "step_seconds, tokens_per_sec, losses (last stage), timeline of the last step.");
-  return kit::guarded_main(argc, argv, app, [&] {
-    if (o.print_slicing) return print_slicing_main(o);
-    if (!o.profile.empty()) return profile_main(o);
-    const int W = static_cast<int>(o.stages);
-    return kit::run_ranks(0, W, o.port, "pipeline stages", [&] { check_options(o, W); },
-                          [&](const kit::WorldInfo& w) { return worker_main(o, w); });
-  });
-}

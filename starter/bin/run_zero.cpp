@@ -51,6 +51,49 @@ int64_t bytes_of(const torch::Tensor& t) {
   return t.defined() ? t.numel() * static_cast<int64_t>(t.element_size()) : int64_t{0};
 }
 
+int worker_main(const ZeroRunOptions& o, const kit::WorldInfo& me);
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Data-parallel training of GPT-2 across processes with plain AdamW (every rank holds all of the "
+               "optimizer state) or ZeRO stage 1 / 2 (the state, and at stage 2 the gradients, sharded across the "
+               "ranks); counts each rank's parameter, gradient, optimizer-state and activation bytes."};
+  ZeroRunOptions o;
+  app.add_option("--world-size,--world_size", o.world_size,
+                 "Data-parallel ranks n the kit starts (under srun or torchrun: taken from there)")
+      ->capture_default_str();
+  app.add_option("--optimizer", o.optimizer,
+                 "adamw (plain data parallelism: all-reduce, then torch::optim::AdamW), zero1 (ZeroAdamW stage 1: "
+                 "optimizer state sharded) or zero2 (stage 2: gradients sharded too)")
+      ->capture_default_str();
+  kit::SyntheticHelp help;
+  help.batch_size = "Rows per rank and step (each rank runs its own rows: the global batch is n times this)";
+  help.steps = "Batches, one optimizer step each";
+  kit::add_model_options(app, o, help);
+  app.add_option("--weight-decay", o.weight_decay, "AdamW's decoupled weight decay")->capture_default_str();
+  kit::add_process_options(app, o);
+  app.footer(
+      "Metrics per rank (--out): tokens_per_sec (this rank's rows; sum over ranks for the job), losses, step "
+      "seconds; bytes per rank counted from the tensors: parameter_bytes, gradient_bytes (kept between steps), "
+      "optimizer_state_bytes, activation_bytes (CPU tensor bytes held after the forward pass minus before it, "
+      "counted by kit::memory's counting allocator; not measured on a GPU), peak_tensor_bytes, "
+      "rss_forward_rise_bytes and peak_rss_bytes (the process), "
+      "beside formula_bytes (fp32 AdamW: 4P + 4P + 8P for adamw, 4P + 4P + 8P/n for zero1, 4P + 12P/n for "
+      "zero2); communication per step per rank (send_bytes for the ring, all_reduce_bytes for adamw) against "
+      "all-reduce's 2(n-1)/n x 4P.");
+  return kit::guarded_main(argc, argv, app, [&] {
+    // A bad flag fails in the launcher, before any process; with --world-size 1 the one rank
+    // runs in this process.
+    return kit::run_ranks(
+        app.count("--world-size") > 0 ? o.world_size : 0, o.world_size, o.port,
+        "data-parallel ranks (" + o.backend + ", " + o.optimizer + ")", [&] { check_options(o, o.world_size); },
+        [&](const kit::WorldInfo& w) { return worker_main(o, w); });
+  });
+}
+
+namespace {
+
 int worker_main(const ZeroRunOptions& o, const kit::WorldInfo& me) {
   const int rank = me.rank, W = me.world_size;
   check_options(o, W);
@@ -189,40 +232,3 @@ int worker_main(const ZeroRunOptions& o, const kit::WorldInfo& me) {
 }
 
 }  // namespace
-
-int main(int argc, char** argv) {
-  CLI::App app{"Data-parallel training of GPT-2 across processes with plain AdamW (every rank holds all of the "
-               "optimizer state) or ZeRO stage 1 / 2 (the state, and at stage 2 the gradients, sharded across the "
-               "ranks); counts each rank's parameter, gradient, optimizer-state and activation bytes."};
-  ZeroRunOptions o;
-  app.add_option("--world-size,--world_size", o.world_size,
-                 "Data-parallel ranks n the kit starts (under srun or torchrun: taken from there)")
-      ->capture_default_str();
-  app.add_option("--optimizer", o.optimizer,
-                 "adamw (plain data parallelism: all-reduce, then torch::optim::AdamW), zero1 (ZeroAdamW stage 1: "
-                 "optimizer state sharded) or zero2 (stage 2: gradients sharded too)")
-      ->capture_default_str();
-  kit::SyntheticHelp help;
-  help.batch_size = "Rows per rank and step (each rank runs its own rows: the global batch is n times this)";
-  help.steps = "Batches, one optimizer step each";
-  kit::add_model_options(app, o, help);
-  app.add_option("--weight-decay", o.weight_decay, "AdamW's decoupled weight decay")->capture_default_str();
-  kit::add_process_options(app, o);
-  app.footer(
-      "Metrics per rank (--out): tokens_per_sec (this rank's rows; sum over ranks for the job), losses, step "
-      "seconds; bytes per rank counted from the tensors: parameter_bytes, gradient_bytes (kept between steps), "
-      "optimizer_state_bytes, activation_bytes (CPU tensor bytes held after the forward pass minus before it, "
-      "counted by kit::memory's counting allocator; not measured on a GPU), peak_tensor_bytes, "
-      "rss_forward_rise_bytes and peak_rss_bytes (the process), "
-      "beside formula_bytes (fp32 AdamW: 4P + 4P + 8P for adamw, 4P + 4P + 8P/n for zero1, 4P + 12P/n for "
-      "zero2); communication per step per rank (send_bytes for the ring, all_reduce_bytes for adamw) against "
-      "all-reduce's 2(n-1)/n x 4P.");
-  return kit::guarded_main(argc, argv, app, [&] {
-    // A bad flag fails in the launcher, before any process; with --world-size 1 the one rank
-    // runs in this process.
-    return kit::run_ranks(
-        app.count("--world-size") > 0 ? o.world_size : 0, o.world_size, o.port,
-        "data-parallel ranks (" + o.backend + ", " + o.optimizer + ")", [&] { check_options(o, o.world_size); },
-        [&](const kit::WorldInfo& w) { return worker_main(o, w); });
-  });
-}
