@@ -18,7 +18,7 @@ namespace {
 
 using nlohmann::json;
 
-const SummaryReader kSummary{"bench/terapipe.py's summary.json", "python3 bench/terapipe.py"};
+const SummaryReader kTerapipeSummary{"bench/terapipe.py's summary.json", "python3 bench/terapipe.py"};
 
 
 // One run of summary.json's records: a sequence length cut by one slicing.
@@ -33,24 +33,24 @@ struct Run {
 
 // The records grouped by sequence length, in the order they first appear.
 std::vector<std::pair<int, std::vector<Run>>> read_runs(const json& s, const std::string& path) {
-  const json& records = kSummary.field(s, "records", path);
+  const json& records = kTerapipeSummary.field(s, "records", path);
   if (!records.is_array() || records.empty())
-    throw Error(path + " holds no record: run " + kSummary.make_it + " again");
+    throw Error(path + " holds no record: run " + kTerapipeSummary.make_it + " again");
   std::vector<std::pair<int, std::vector<Run>>> by_length;
   for (size_t i = 0; i < records.size(); ++i) {
     const json& r = records[i];
     Run run;
     run.where = path + ": records[" + std::to_string(i) + "]";
-    run.seq_len = kSummary.integer(r, "seq_len", run.where);
-    run.slicing = kSummary.text(r, "slicing", run.where);
-    run.slices = kSummary.integer(r, "slices", run.where);
-    for (const json& l : kSummary.list(r, "lengths", run.where)) {
+    run.seq_len = kTerapipeSummary.integer(r, "seq_len", run.where);
+    run.slicing = kTerapipeSummary.text(r, "slicing", run.where);
+    run.slices = kTerapipeSummary.integer(r, "slices", run.where);
+    for (const json& l : kTerapipeSummary.list(r, "lengths", run.where)) {
       if (!l.is_number_integer()) throw Error(run.where + ": \"lengths\" holds something that is not a whole number");
       run.lengths.push_back(l.get<int>());
     }
-    run.measured_s = kSummary.number(r, "measured_s", run.where);
-    run.predicted_s = kSummary.number(r, "predicted_s", run.where);
-    for (const json& m : kSummary.list(r, "metrics", run.where)) {
+    run.measured_s = kTerapipeSummary.number(r, "measured_s", run.where);
+    run.predicted_s = kTerapipeSummary.number(r, "predicted_s", run.where);
+    for (const json& m : kTerapipeSummary.list(r, "metrics", run.where)) {
       if (!m.is_string()) throw Error(run.where + ": \"metrics\" holds something that is not a file name");
       run.metrics.push_back(m.get<std::string>());
     }
@@ -61,7 +61,7 @@ std::vector<std::pair<int, std::vector<Run>>> read_runs(const json& s, const std
   return by_length;
 }
 
-std::string ms(double seconds) {
+std::string ms_text(double seconds) {
   char b[32];
   std::snprintf(b, sizeof b, seconds < 0.1 ? "%.1f ms" : "%.0f ms", 1e3 * seconds);
   return b;
@@ -180,24 +180,24 @@ TimelinePicture picture_of(const Run& run, const std::string& runs_dir, const st
     const std::string path = find_rank_file(run.metrics[r], runs_dir, moved);
     if (path.empty())
       throw Error("cannot read " + run.metrics[r] + " (" + run.where + ".metrics[" + std::to_string(r) +
-                  "], run_terapipe's metrics of rank " + std::to_string(r) + "), nor " + moved + ": run " + kSummary.make_it +
+                  "], run_terapipe's metrics of rank " + std::to_string(r) + "), nor " + moved + ": run " + kTerapipeSummary.make_it +
                   " --out " + runs_dir + " again");
-    const json m = kSummary.read(path, runs_dir);
-    const int n = static_cast<int>(kSummary.list(m, "lengths", path).size());
-    const int micro = kSummary.integer(m, "microbatches", path);
+    const json m = kTerapipeSummary.read(path, runs_dir);
+    const int n = static_cast<int>(kTerapipeSummary.list(m, "lengths", path).size());
+    const int micro = kTerapipeSummary.integer(m, "microbatches", path);
     std::vector<TimelineBox> boxes;
-    const json& timeline = kSummary.list(m, "timeline", path);
+    const json& timeline = kTerapipeSummary.list(m, "timeline", path);
     for (size_t k = 0; k < timeline.size(); ++k) {
       const json& a = timeline[k];
       const std::string where = path + ": timeline[" + std::to_string(k) + "]";
       if (!a.is_array() || a.size() < 5 || !std::all_of(a.begin(), a.end(), [](const json& x) { return x.is_number(); }))
-        throw Error(where + " is not [op, unit, stage, start, end, recv] (numbers): run " + kSummary.make_it + " again");
+        throw Error(where + " is not [op, unit, stage, start, end, recv] (numbers): run " + kTerapipeSummary.make_it + " again");
       const int op = a[0].get<int>(), unit = a[1].get<int>();
       if (op != 0 && op != 1) throw Error(where + ": op " + std::to_string(op) + " is not 0 (forward) or 1 (backward)");
       if (unit < 0 || unit >= micro * n)
         throw Error(where + ": unit " + std::to_string(unit) + " is not one of the run's " + std::to_string(micro) +
                     " micro-batch(es) x " + std::to_string(n) + " slice(s) (0 to " + std::to_string(micro * n - 1) +
-                    "): is the file from run_terapipe? Run " + kSummary.make_it + " --out " + runs_dir + " again");
+                    "): is the file from run_terapipe? Run " + kTerapipeSummary.make_it + " --out " + runs_dir + " again");
       const int i = unit / n, s = unit % n;
       std::string label = (op ? "B" : "F") + (micro > 1 ? std::to_string(i) + "." : std::string()) + std::to_string(s);
       // An action first waits for its input (the 6th number: seconds in P2P receives), then
@@ -209,8 +209,8 @@ TimelinePicture picture_of(const Run& run, const std::string& runs_dir, const st
     }
     p.ranks.push_back(std::move(boxes));
   }
-  p.title = heading + ": this step " + ms(span) + "; median over the timed steps " + ms(run.measured_s) +
-            ", predicted " + ms(run.predicted_s);
+  p.title = heading + ": this step " + ms_text(span) + "; median over the timed steps " + ms_text(run.measured_s) +
+            ", predicted " + ms_text(run.predicted_s);
   return p;
 }
 
@@ -221,7 +221,7 @@ std::vector<TimelinePicture> timeline_panels(const std::string& runs_dir, const 
     const auto it = std::find_if(runs.begin(), runs.end(), [&](const Run& r) { return r.slicing == slicing; });
     if (it == runs.end())
       throw Error(runs_dir + "/summary.json has no \"" + slicing + "\" record at L = " + std::to_string(seq_len) +
-                  ": run " + kSummary.make_it + " --out " + runs_dir + " again (it runs none, uniform and dp at every L)");
+                  ": run " + kTerapipeSummary.make_it + " --out " + runs_dir + " again (it runs none, uniform and dp at every L)");
     return *it;
   };
   const Run& none = find("none");
@@ -235,17 +235,17 @@ std::vector<TimelinePicture> timeline_panels(const std::string& runs_dir, const 
 std::vector<std::string> draw_terapipe_figures(const std::string& runs_dir, const std::string& out_dir,
                                                const PngOptions& png) {
   const std::string path = runs_dir + "/summary.json";
-  const json s = kSummary.read(path, runs_dir);
+  const json s = kTerapipeSummary.read(path, runs_dir);
   const auto by_length = read_runs(s, path);  // first: another benchmark's summary has no such records
-  const json& st = kSummary.field(s, "settings", path);
-  const int chunks = kSummary.integer(st, "chunks", path);
+  const json& st = kTerapipeSummary.field(s, "settings", path);
+  const int chunks = kTerapipeSummary.integer(st, "chunks", path);
   char setup[320];
   std::snprintf(setup, sizeof setup,
                 "%s, K = %d stages (one process each), batch %d rows in %d micro-batch%s, %d thread(s) per process; "
                 "%s",
-                kSummary.text(st, "preset", path).c_str(), kSummary.integer(st, "stages", path), kSummary.integer(st, "batch_size", path), chunks,
-                chunks == 1 ? "" : "es", kSummary.integer(st, "threads", path),
-                kSummary.text(kSummary.field(s, "machine", path), "note", path + ": machine").c_str());
+                kTerapipeSummary.text(st, "preset", path).c_str(), kTerapipeSummary.integer(st, "stages", path), kTerapipeSummary.integer(st, "batch_size", path), chunks,
+                chunks == 1 ? "" : "es", kTerapipeSummary.integer(st, "threads", path),
+                kTerapipeSummary.text(kTerapipeSummary.field(s, "machine", path), "note", path + ": machine").c_str());
   const auto longest = std::max_element(by_length.begin(), by_length.end(),
                                         [](const auto& a, const auto& b) { return a.first < b.first; });
   // Every file read before anything is drawn: bad input leaves no half of the figures.

@@ -158,7 +158,7 @@ std::string read_file(const std::string& path) {
 }
 
 // Temporary file and rename: a process reading the cache never sees half a model.
-bool write_atomically(const std::string& path, const std::string& bytes) {
+bool try_write_atomically(const std::string& path, const std::string& bytes) {
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
@@ -262,7 +262,7 @@ Tokenizer Tokenizer::train_or_load(const DataConfig& cfg, const std::vector<Tran
 
   Tokenizer t(from_bytes(model, "the freshly trained tokenizer"));
   // Processes started together may all train here; they write identical bytes.
-  if (!write_atomically(model_path, model) || !write_atomically(key_path, key))
+  if (!try_write_atomically(model_path, model) || !try_write_atomically(key_path, key))
     std::cerr << "note: cannot cache the tokenizer in " << cfg.dir
               << " (not writable?); it is retrained on every run\n";
   return t;

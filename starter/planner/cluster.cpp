@@ -12,21 +12,21 @@ using nlohmann::json;
 
 namespace {
 
-constexpr const char* kFormat = "starter/planner/cluster.h";
+constexpr const char* kClusterFormat = "starter/planner/cluster.h";
 
-const json& field(const json& j, const char* key, const std::string& where) {
-  return planner::field(j, key, where, kFormat);
+const json& cluster_field(const json& j, const char* key, const std::string& where) {
+  return planner::field(j, key, where, kClusterFormat);
 }
 double positive(const json& j, const char* key, const std::string& where) {
-  return positive_number(j, key, where, kFormat);
+  return positive_number(j, key, where, kClusterFormat);
 }
 double non_negative(const json& j, const char* key, const std::string& where) {
-  return non_negative_number(j, key, where, kFormat);
+  return non_negative_number(j, key, where, kClusterFormat);
 }
 
 Link link_from_json(const json& j, const char* key, const std::string& where) {
   const std::string at = where + "." + key;
-  const json& l = field(j, key, where);
+  const json& l = cluster_field(j, key, where);
   return {positive(l, "bandwidth", at), non_negative(l, "latency", at)};
 }
 
@@ -61,23 +61,23 @@ const Link& Cluster::link_of(const std::vector<int64_t>& ranks) const {
 
 Cluster cluster_from_json(const json& j, const std::string& where) {
   Cluster c;
-  const json& name = field(j, "name", where);
+  const json& name = cluster_field(j, "name", where);
   if (!name.is_string()) throw Error(where + ".name is not a string");
   c.name = name.get<std::string>();
-  const json& types = field(j, "device_types", where);
+  const json& types = cluster_field(j, "device_types", where);
   if (!types.is_object() || types.empty()) throw Error(where + ".device_types must map at least one name to a device");
   for (const auto& [type, d] : types.items()) {
     const std::string at = where + ".device_types." + type;
     c.device_types[type] = {positive(d, "flops", at), positive(d, "memory_bytes", at)};
   }
-  const json& nodes = field(j, "nodes", where);
+  const json& nodes = cluster_field(j, "nodes", where);
   if (!nodes.is_array() || nodes.empty()) throw Error(where + ".nodes must be a list of at least one node");
   for (size_t k = 0; k < nodes.size(); ++k) {
     const std::string at = where + ".nodes[" + std::to_string(k) + "]";
-    const json& type = field(nodes[k], "device_type", at);
+    const json& type = cluster_field(nodes[k], "device_type", at);
     if (!type.is_string() || !c.device_types.count(type.get<std::string>()))
       throw Error(at + ".device_type " + type.dump() + " is not one of " + where + ".device_types");
-    const json& n = field(nodes[k], "devices", at);
+    const json& n = cluster_field(nodes[k], "devices", at);
     if (!n.is_number_integer() || n.get<int64_t>() < 1) throw Error(at + ".devices must be a whole number, 1 or more");
     c.nodes.push_back({type.get<std::string>(), n.get<int64_t>(),
                        nodes[k].contains("shared_flops") ? positive(nodes[k], "shared_flops", at) : 0.0});

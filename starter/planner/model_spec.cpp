@@ -11,7 +11,7 @@ namespace kit::planner {
 using nlohmann::json;
 
 namespace {
-constexpr const char* kFormat = "starter/planner/model_spec.h";
+constexpr const char* kModelSpecFormat = "starter/planner/model_spec.h";
 constexpr double kFloat = 4;  // bytes per fp32 element
 }  // namespace
 
@@ -47,7 +47,7 @@ ModelSpec gpt2_model(const GPT2Config& c, int64_t s) {
 
 ModelSpec model_from_json(const json& j, const std::string& where) {
   ModelSpec m;
-  const json& name = field(j, "name", where, kFormat);
+  const json& name = field(j, "name", where, kModelSpecFormat);
   if (!name.is_string()) throw Error(where + ".name is not a string");
   m.name = name.get<std::string>();
   if (j.contains("heads")) {
@@ -55,18 +55,18 @@ ModelSpec model_from_json(const json& j, const std::string& where) {
       throw Error(where + ".heads must be a whole number, 0 or more (0: t is not constrained)");
     m.heads = j["heads"].get<int64_t>();
   }
-  const json& layers = field(j, "layers", where, kFormat);
+  const json& layers = field(j, "layers", where, kModelSpecFormat);
   if (!layers.is_array() || layers.empty()) throw Error(where + ".layers must be a list of at least one layer");
   for (size_t k = 0; k < layers.size(); ++k) {
     const std::string at = where + ".layers[" + std::to_string(k) + "]";
     const json& l = layers[k];
     Layer x;
     x.name = l.contains("name") && l["name"].is_string() ? l["name"].get<std::string>() : "layer " + std::to_string(k);
-    x.flops_per_token = non_negative_number(l, "flops_per_token", at, kFormat);
-    x.param_bytes = non_negative_number(l, "param_bytes", at, kFormat);
-    x.activation_bytes_per_token = non_negative_number(l, "activation_bytes_per_token", at, kFormat);
-    x.output_bytes_per_token = non_negative_number(l, "output_bytes_per_token", at, kFormat);
-    const json& ar = field(l, "tp_all_reduces", at, kFormat);
+    x.flops_per_token = non_negative_number(l, "flops_per_token", at, kModelSpecFormat);
+    x.param_bytes = non_negative_number(l, "param_bytes", at, kModelSpecFormat);
+    x.activation_bytes_per_token = non_negative_number(l, "activation_bytes_per_token", at, kModelSpecFormat);
+    x.output_bytes_per_token = non_negative_number(l, "output_bytes_per_token", at, kModelSpecFormat);
+    const json& ar = field(l, "tp_all_reduces", at, kModelSpecFormat);
     if (!ar.is_number_integer() || ar.get<int64_t>() < 0)
       throw Error(at + ".tp_all_reduces is " + ar.dump() + ": it must be a whole number, 0 or more");
     x.tp_all_reduces = ar.get<int64_t>();

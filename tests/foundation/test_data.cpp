@@ -49,9 +49,10 @@ void write_text(const std::string& path, const std::string& text) {
   out << text;
 }
 
-// Runs f, expects a kit::Error, returns its message.
+// Runs f, expects a kit::Error, returns its message. Not kit_test::error_of (tests/error_of.h,
+// in this unity batch through the checkpoint tests): this one also reports any other exception.
 template <class F>
-std::string error_of(F&& f) {
+std::string kit_error_message_of(F&& f) {
   try {
     f();
   } catch (const Error& e) {
@@ -205,7 +206,7 @@ TEST(ParallelTsv, SkipsCommentsAndBlankLinesAndAcceptsWindowsLineEnds) {
 
 TEST(ParallelTsv, MissingFileIsAClearError) {
   TempDir dir;
-  const std::string msg = error_of([&] { read_parallel_tsv(dir / "nope.tsv"); });
+  const std::string msg = kit_error_message_of([&] { read_parallel_tsv(dir / "nope.tsv"); });
   EXPECT_MENTIONS(msg, dir / "nope.tsv");
   EXPECT_MENTIONS(msg, "not found");
 }
@@ -215,7 +216,7 @@ TEST(ParallelTsv, EmptyFileIsAClearError) {
   write_text(dir / "empty.tsv", "");
   write_text(dir / "comments.tsv", "# only a comment\n\n");
   for (const char* name : {"empty.tsv", "comments.tsv"}) {
-    const std::string msg = error_of([&] { read_parallel_tsv(dir / name); });
+    const std::string msg = kit_error_message_of([&] { read_parallel_tsv(dir / name); });
     EXPECT_MENTIONS(msg, dir / name);
     EXPECT_MENTIONS(msg, "empty");
   }
@@ -231,7 +232,7 @@ TEST(ParallelTsv, MalformedLinesNameTheFileTheLineAndTheProblem) {
                         Case{"\tYes.", "empty source"}, Case{"Ja.\t  ", "empty target"},
                         Case{"Ja\xFF.\tYes.", "UTF-8"}}) {
     write_text(dir / "bad.tsv", good + c.bad_line + "\n" + good);
-    const std::string msg = error_of([&] { read_parallel_tsv(dir / "bad.tsv"); });
+    const std::string msg = kit_error_message_of([&] { read_parallel_tsv(dir / "bad.tsv"); });
     EXPECT_MENTIONS(msg, dir / "bad.tsv:3");  // line 3: after a pair and a comment
     EXPECT_MENTIONS(msg, c.problem);
   }
@@ -277,7 +278,7 @@ TEST(Corpus, AnInstructorsCorpusIsReadAsIsAndNeverRewritten) {
 TEST(Corpus, ADirectoryWithOnlySomeSplitsIsAClearError) {
   TempDir dir;
   write_text(dir / "train.tsv", "Eins.\tOne.\n");
-  const std::string msg = error_of([&] { load_corpus(small_config(dir)); });
+  const std::string msg = kit_error_message_of([&] { load_corpus(small_config(dir)); });
   EXPECT_MENTIONS(msg, dir.str());
   EXPECT_MENTIONS(msg, "valid.tsv");
   EXPECT_MENTIONS(msg, "test.tsv");
@@ -347,13 +348,13 @@ TEST(Tokenizer, CacheIsReusedAndInvalidatedWhenTheTrainingTextChanges) {
 
   // Tokenizer::load reads the cache directly.
   EXPECT_EQ(Tokenizer::load(model).eos_tgt_id(), again.eos_tgt_id());
-  EXPECT_MENTIONS(error_of([&] { Tokenizer::load(dir / "missing.model"); }), "not found");
+  EXPECT_MENTIONS(kit_error_message_of([&] { Tokenizer::load(dir / "missing.model"); }), "not found");
 }
 
 TEST(Tokenizer, AVocabularyTooLargeForTheCorpusIsAClearError) {
   TempDir dir;
   DataConfig cfg = small_config(dir, 1000);
-  const std::string msg = error_of([&] { Tokenizer::train_or_load(cfg, generate_toy_corpus(3, 1)); });
+  const std::string msg = kit_error_message_of([&] { Tokenizer::train_or_load(cfg, generate_toy_corpus(3, 1)); });
   EXPECT_MENTIONS(msg, "--vocab-size");
   EXPECT_MENTIONS(msg, "or less");
 }
@@ -461,7 +462,7 @@ TEST_F(Encoding, CollateStacksInputsShiftedLabelsAndMask) {
   }
 
   examples[1] = encode_pair(pairs[1], *tok_, 20);
-  EXPECT_MENTIONS(error_of([&] { collate(examples); }), "seq_len");
+  EXPECT_MENTIONS(kit_error_message_of([&] { collate(examples); }), "seq_len");
   EXPECT_THROW(collate({}), Error);
 }
 
@@ -502,5 +503,5 @@ TEST(DataLoader, ShuffleIsASeededPermutationThatChangesWithTheEpoch) {
 
 TEST(DataLoader, RejectsANonPositiveBatchSize) {
   auto source = std::make_shared<CountingSource>(10, 3);
-  for (int64_t bs : {0, -4}) EXPECT_MENTIONS(error_of([&] { DataLoader(source, bs); }), "batch size");
+  for (int64_t bs : {0, -4}) EXPECT_MENTIONS(kit_error_message_of([&] { DataLoader(source, bs); }), "batch size");
 }

@@ -20,11 +20,10 @@ using test::Affine;
 using test::max_abs_diff;
 using test::Probe;
 using test::run_with_timeout;
+using test::stage;  // pipeline_test_util.h: a stage on the CPU
 
 constexpr double kTol = 1e-10;  // float64 throughout: a correct pipe agrees to rounding
 constexpr double kHangSeconds = 20;
-
-StageDevice stage(int64_t j) { return {j, torch::Device(torch::kCPU)}; }
 
 // Three stages, parameters on every stage and a parameter-free layer pinned to stage 1.
 torch::nn::Sequential three_stage_model() {

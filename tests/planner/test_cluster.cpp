@@ -13,7 +13,7 @@ namespace {
 using nlohmann::json;
 namespace pl = kit::planner;
 
-json two_nodes() {
+json two_node_cluster_json() {
   return json::parse(R"({"name": "mixed", "device_types": {"V100": {"flops": 1e14, "memory_bytes": 3.2e10},
                                                      "T4": {"flops": 4e13, "memory_bytes": 1.6e10}},
                           "nodes": [{"device_type": "V100", "devices": 4}, {"device_type": "T4", "devices": 2}],
@@ -29,7 +29,7 @@ std::string error_of(const json& j) {
 }  // namespace
 
 TEST(PlannerCluster, RanksArePlacedNodeByNode) {
-  const pl::Cluster c = pl::cluster_from_json(two_nodes());
+  const pl::Cluster c = pl::cluster_from_json(two_node_cluster_json());
   EXPECT_EQ(c.devices(), 6);
   EXPECT_EQ(c.node_of(3), 0);
   EXPECT_EQ(c.node_of(4), 1);
@@ -45,19 +45,19 @@ TEST(PlannerCluster, BadFilesNameTheField) {
     const std::string msg = error_of(j);
     EXPECT_NE(msg.find(part), std::string::npos) << "wanted \"" << part << "\" in: " << msg;
   };
-  json j = two_nodes();
+  json j = two_node_cluster_json();
   j["inter_node"].erase("bandwidth");
   expect(j, "cluster.inter_node has no \"bandwidth\"");
-  j = two_nodes();
+  j = two_node_cluster_json();
   j["intra_node"]["bandwidth"] = -1;
   expect(j, "intra_node.bandwidth is -1");
-  j = two_nodes();
+  j = two_node_cluster_json();
   j["nodes"][1]["device_type"] = "A100";
   expect(j, "nodes[1].device_type \"A100\" is not one of");
-  j = two_nodes();
+  j = two_node_cluster_json();
   j["device_types"]["T4"]["flops"] = "fast";
   expect(j, "device_types.T4.flops is \"fast\", not a number");
-  j = two_nodes();
+  j = two_node_cluster_json();
   j["nodes"][0]["devices"] = 0;
   expect(j, "nodes[0].devices must be a whole number");
 }

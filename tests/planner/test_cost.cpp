@@ -5,20 +5,14 @@
 
 #include "kit/errors.h"
 #include "planner/cost.h"
+#include "planner_test_util.h"
 
 namespace {
 namespace pl = kit::planner;
 
 const pl::Link kLink{1e9, 1e-5};  // 1 GB/s, 10 us
 
-// Two layers with round numbers: forward FLOPs 1e9 and 3e9 per token, parameters 100 and 300
-// bytes, kept activations 10 and 30 bytes per token, outputs 400 bytes per token.
-pl::ModelSpec two_layers() {
-  pl::ModelSpec m;
-  m.name = "two";
-  m.layers = {{"a", 1e9, 100, 10, 400, 4}, {"b", 3e9, 300, 30, 400, 1}};
-  return m;
-}
+using planner_test::two_layers;  // planner_test_util.h: the two layers with round numbers
 
 // Two nodes of four devices; the intra-node link 10x the inter-node one.
 pl::Cluster two_nodes() {

@@ -12,7 +12,7 @@ namespace pl = kit::planner;
 using nlohmann::json;
 
 // The message of the kit::Error that model_from_json throws for j, or "" when it throws none.
-std::string error_of(const json& j) {
+std::string model_error_of(const json& j) {
   return kit_test::kit_error_message([&] { pl::model_from_json(j); }).value_or("");
 }
 
@@ -40,7 +40,7 @@ TEST(PlannerModel, JsonRoundTripAndBadFilesNameTheField) {
   EXPECT_EQ(m.heads, 4);
   EXPECT_DOUBLE_EQ(pl::model_from_json(pl::to_json(m)).layers[0].activation_bytes_per_token, 512);
   auto expect = [](json j, const std::string& part) {
-    const std::string msg = error_of(j);
+    const std::string msg = model_error_of(j);
     EXPECT_NE(msg.find(part), std::string::npos) << "wanted \"" << part << "\" in: " << msg;
   };
   json j = one_layer();

@@ -5,6 +5,7 @@
 
 #include "kit/errors.h"
 #include "planner/search.h"
+#include "planner_test_util.h"
 
 namespace {
 namespace pl = kit::planner;
@@ -20,12 +21,7 @@ pl::Cluster one_node(int64_t devices, double memory_bytes) {
   return pl::cluster_from_json(j);
 }
 
-pl::ModelSpec two_layers(double scale = 1) {
-  pl::ModelSpec m;
-  m.name = "two";
-  m.layers = {{"a", 1e9, 100 * scale, 10, 400, 4}, {"b", 3e9, 300 * scale, 30, 400, 1}};
-  return m;
-}
+using planner_test::two_layers;  // planner_test_util.h
 
 }  // namespace
 

@@ -83,4 +83,9 @@ std::string message_of(F&& f) {
   return "";
 }
 
+// A failure unless the message `text` mentions `part`.
+inline void expect_contains(const std::string& text, const std::string& part) {
+  EXPECT_NE(text.find(part), std::string::npos) << "the message should mention \"" << part << "\"; it is:\n" << text;
+}
+
 }  // namespace plots_test

@@ -20,10 +20,6 @@ std::string load_error(const std::string& path) {
   return msg;
 }
 
-void expect_contains(const std::string& text, const std::string& part) {
-  EXPECT_NE(text.find(part), std::string::npos) << "the message should mention \"" << part << "\"; it is:\n" << text;
-}
-
 // make_figures' options with every input an absent file that the user did not name (so it is
 // skipped) and the figures going to dir/figures; a test names the inputs it is about.
 FigureOptions nothing_given(const TempDir& dir) {

@@ -61,10 +61,6 @@ std::string draw_error(const std::string& runs_dir) {
   return message_of<kit::Error>([&] { draw_terapipe_figures(runs_dir, runs_dir + "/figures", PngOptions{}); });
 }
 
-void expect_contains(const std::string& text, const std::string& part) {
-  EXPECT_NE(text.find(part), std::string::npos) << "the message should mention \"" << part << "\"; it is:\n" << text;
-}
-
 TEST(TerapipeFigures, DrawsBothPngs) {
   TempDir dir;
   write_json(dir / "summary.json", summary(dir, dir.path()));

@@ -20,13 +20,14 @@
 
 namespace {
 
-// Tiny, with 4 heads so that t = 2 and 4 both divide them.
-constexpr int64_t kHeads = 4, kVocab = 64, kBatch = 4, kSeqLen = 16, kSteps = 2;
+// Tiny, with 4 heads so that t = 2 and 4 both divide them. kRun...: test_model.cpp, in the same
+// unity batch, has a kVocab, kBatch and kSeqLen of its own.
+constexpr int64_t kHeads = 4, kRunVocab = 64, kRunBatch = 4, kRunSeqLen = 16, kSteps = 2;
 
-std::vector<std::string> args(int t, const std::string& dir, int64_t vocab = kVocab) {
+std::vector<std::string> args(int t, const std::string& dir, int64_t vocab = kRunVocab) {
   return {kit_test::build_program("run_tensor_parallel"), "--world-size", std::to_string(t), "--preset", "tiny", "--n-head",
-          std::to_string(kHeads), "--dropout", "0", "--batch-size", std::to_string(kBatch), "--seq-len",
-          std::to_string(kSeqLen), "--vocab-size", std::to_string(vocab), "--steps", std::to_string(kSteps),
+          std::to_string(kHeads), "--dropout", "0", "--batch-size", std::to_string(kRunBatch), "--seq-len",
+          std::to_string(kRunSeqLen), "--vocab-size", std::to_string(vocab), "--steps", std::to_string(kSteps),
           "--lr", "0.001", "--seed", "7", "--threads", "1", "--no-progress",
           "--out", dir + "/metrics/{rank}.json", "--save-checkpoint", dir + "/model.pt"};
 }
@@ -38,7 +39,7 @@ nlohmann::json metrics(const std::string& dir, int rank) {
 kit::GPT2 read_checkpoint(const std::string& path) {
   kit::GPT2Config cfg = kit::gpt2_preset("tiny");
   cfg.n_head = kHeads;
-  cfg.vocab_size = kVocab;
+  cfg.vocab_size = kRunVocab;
   cfg.dropout = 0;
   kit::GPT2 model(cfg);
   kit::import_checkpoint(*model, path);
@@ -55,19 +56,20 @@ struct OneProcess {
 OneProcess one_process_reference() {
   kit::GPT2Config cfg = kit::gpt2_preset("tiny");
   cfg.n_head = kHeads;
-  cfg.vocab_size = kVocab;
+  cfg.vocab_size = kRunVocab;
   cfg.dropout = 0;
   const uint64_t seed = 7;
   torch::manual_seed(seed + 1000);
   std::vector<torch::Tensor> batches;
-  for (int64_t k = 0; k < kSteps; ++k) batches.push_back(torch::randint(kVocab, {kBatch, kSeqLen + 1}, torch::kInt64));
-  OneProcess ref{{}, kit::build_model(cfg, kVocab, kSeqLen, seed)};
+  for (int64_t k = 0; k < kSteps; ++k)
+    batches.push_back(torch::randint(kRunVocab, {kRunBatch, kRunSeqLen + 1}, torch::kInt64));
+  OneProcess ref{{}, kit::build_model(cfg, kRunVocab, kRunSeqLen, seed)};
   torch::optim::AdamW opt(ref.model->parameters(),
                           torch::optim::AdamWOptions(1e-3).weight_decay(kit::TrainConfig{}.weight_decay));
   for (const auto& t : batches) {
     opt.zero_grad();
-    auto loss = kit::masked_cross_entropy(ref.model->forward(t.narrow(1, 0, kSeqLen)), t.narrow(1, 1, kSeqLen),
-                                          torch::ones({kBatch, kSeqLen}));
+    auto loss = kit::masked_cross_entropy(ref.model->forward(t.narrow(1, 0, kRunSeqLen)), t.narrow(1, 1, kRunSeqLen),
+                                          torch::ones({kRunBatch, kRunSeqLen}));
     loss.backward();
     opt.step();
     ref.losses.push_back(loss.item<double>());

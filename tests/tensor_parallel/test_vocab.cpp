@@ -15,7 +15,7 @@ namespace {
 namespace tp = kit::tp;
 using tp_test::close;
 
-constexpr int64_t kVocab = 64, kDim = 16;
+constexpr int64_t kFullVocab = 64, kDim = 16;  // the whole vocabulary, split among the ranks
 
 // The embedding of a vocabulary of V tokens (V / t rows per rank) against the full one.
 void embedding_equals_full(const kit::dist::Group& group, int64_t V) {
@@ -40,7 +40,7 @@ void embedding_equals_full(const kit::dist::Group& group, int64_t V) {
       << "this rank's rows of the embedding gradient";
 }
 
-TP_ROLE(vocab_parallel_embedding) { embedding_equals_full(group, kVocab); }
+TP_ROLE(vocab_parallel_embedding) { embedding_equals_full(group, kFullVocab); }
 // One row per rank (V = t): the smallest shard, where an index other than 0 is out of range.
 TP_ROLE(vocab_parallel_embedding_one_row) { embedding_equals_full(group, group.size()); }
 
@@ -51,10 +51,10 @@ TP_ROLE(vocab_parallel_embedding_one_row) { embedding_equals_full(group, group.s
 // a label on two ranks or on none.
 void expect_cross_entropy_equal(const kit::dist::Group& group, double offset, double scale,
                                 bool boundary_labels = false) {
-  const int64_t r = group.rank(), part = kVocab / group.size(), B = 3, T = 5;
+  const int64_t r = group.rank(), part = kFullVocab / group.size(), B = 3, T = 5;
   torch::manual_seed(6);
-  const auto logits = offset + scale * torch::randn({B, T, kVocab});
-  auto labels = torch::randint(kVocab, {B, T}, torch::kInt64);
+  const auto logits = offset + scale * torch::randn({B, T, kFullVocab});
+  auto labels = torch::randint(kFullVocab, {B, T}, torch::kInt64);
   labels[0] = torch::tensor({0, 17, 34, 51, 63}, torch::kInt64);  // one in each quarter of the vocabulary
   if (boundary_labels) {
     labels[0] = torch::tensor({15, 16, 31, 32, 47}, torch::kInt64);

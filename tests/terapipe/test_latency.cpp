@@ -47,7 +47,7 @@ void expect_error(const std::function<void()>& f, const std::string& words) {
   }
 }
 
-kit::GPT2 tiny_model() {
+kit::GPT2 tiny_float32_model() {
   kit::GPT2Config cfg = kit::gpt2_preset("tiny");
   cfg.vocab_size = 64;
   cfg.dropout = 0;
@@ -136,7 +136,7 @@ TEST(LatencyFit, GridHasPowersOfTwoAndTheirMidpoints) {
 // A 2 x 2 grid on both blocks of tiny GPT-2: four positive timings, lengths outer, contexts
 // inner; pairs past n_positions (128) are skipped; the gradients are left zero.
 TEST(ProfileLatency, TimesTheGridInOrder) {
-  kit::GPT2 model = tiny_model();
+  kit::GPT2 model = tiny_float32_model();
   const auto samples = kit::terapipe::profile_latency(*model, 0, 2, 1, {2, 8}, {0, 16}, 3);
   ASSERT_EQ(samples.size(), 4u);
   const std::vector<std::pair<int64_t, int64_t>> order{{2, 0}, {2, 16}, {8, 0}, {8, 16}};
@@ -156,7 +156,7 @@ TEST(ProfileLatency, TimesTheGridInOrder) {
 }
 
 TEST(ProfileLatency, BadArgumentsAreErrors) {
-  kit::GPT2 model = tiny_model();
+  kit::GPT2 model = tiny_float32_model();
   auto profile = [&](int64_t first, int64_t num, int64_t batch, std::vector<int64_t> lengths, int repeats) {
     return [=, &model] { kit::terapipe::profile_latency(*model, first, num, batch, lengths, {0}, repeats); };
   };
@@ -171,7 +171,7 @@ TEST(ProfileLatency, BadArgumentsAreErrors) {
 
 // A model fitted to real timings predicts a finite, positive latency where it was measured.
 TEST(ProfileLatency, AFittedModelPredictsPositiveLatencies) {
-  kit::GPT2 model = tiny_model();
+  kit::GPT2 model = tiny_float32_model();
   const auto samples = kit::terapipe::profile_latency(*model, 0, 2, 1, {4, 16, 48}, {0, 32, 64}, 3);
   ASSERT_EQ(samples.size(), 9u);
   const LatencyModel m = kit::terapipe::fit_latency(samples);

@@ -16,9 +16,9 @@
 
 namespace {
 
-constexpr int64_t kTime = 16;
+constexpr int64_t kSeqLen = 16;
 
-kit::GPT2 tiny_model() {
+kit::GPT2 tiny_float64_model() {
   kit::GPT2Config cfg = kit::gpt2_preset("tiny");
   cfg.vocab_size = 64;
   cfg.dropout = 0;
@@ -33,17 +33,18 @@ struct Result {
 // Logits and every parameter's gradient of the masked cross-entropy, whole or sliced.
 Result run(kit::GPT2& model, const std::vector<int64_t>& lengths) {
   torch::manual_seed(5);
-  const auto idx = torch::randint(64, {2, kTime}, torch::kLong), labels = torch::randint(64, {2, kTime}, torch::kLong);
+  const auto idx = torch::randint(64, {2, kSeqLen}, torch::kLong);
+  const auto labels = torch::randint(64, {2, kSeqLen}, torch::kLong);
   model->zero_grad();
   Result r;
   r.logits = lengths.empty() ? model->forward(idx) : kit::terapipe::sliced_forward(*model, idx, lengths);
-  kit::masked_cross_entropy(r.logits, labels, torch::ones({2, kTime})).backward();
+  kit::masked_cross_entropy(r.logits, labels, torch::ones({2, kSeqLen})).backward();
   for (const auto& p : model->parameters()) r.grads.push_back(p.grad().clone());
   return r;
 }
 
-void expect_equal_to_whole(const std::vector<int64_t>& lengths) {
-  kit::GPT2 model = tiny_model();
+void expect_sliced_equal_to_whole(const std::vector<int64_t>& lengths) {
+  kit::GPT2 model = tiny_float64_model();
   const Result whole = run(model, {}), sliced = run(model, lengths);
   const std::string what = "slices " + kit::terapipe::to_string(lengths);
   ASSERT_EQ(sliced.logits.sizes(), whole.logits.sizes()) << what;
@@ -56,14 +57,16 @@ void expect_equal_to_whole(const std::vector<int64_t>& lengths) {
 
 }  // namespace
 
-TEST(SlicedAttention, OneSliceEqualsTheWholeSequence) { expect_equal_to_whole({kTime}); }
-TEST(SlicedAttention, EvenSlicesEqualTheWholeSequence) { expect_equal_to_whole({4, 4, 4, 4}); }
-TEST(SlicedAttention, UnevenSlicesEqualTheWholeSequence) { expect_equal_to_whole({1, 5, 2, 8}); }
-TEST(SlicedAttention, OneTokenSlicesEqualTheWholeSequence) { expect_equal_to_whole(std::vector<int64_t>(kTime, 1)); }
+TEST(SlicedAttention, OneSliceEqualsTheWholeSequence) { expect_sliced_equal_to_whole({kSeqLen}); }
+TEST(SlicedAttention, EvenSlicesEqualTheWholeSequence) { expect_sliced_equal_to_whole({4, 4, 4, 4}); }
+TEST(SlicedAttention, UnevenSlicesEqualTheWholeSequence) { expect_sliced_equal_to_whole({1, 5, 2, 8}); }
+TEST(SlicedAttention, OneTokenSlicesEqualTheWholeSequence) {
+  expect_sliced_equal_to_whole(std::vector<int64_t>(kSeqLen, 1));
+}
 
 // The cache holds every token's keys and values so far: after slices of 3 and 5 tokens, 8.
 TEST(SlicedAttention, TheCacheGrowsByEachSlice) {
-  kit::GPT2 model = tiny_model();
+  kit::GPT2 model = tiny_float64_model();
   auto& attn = *model->h[0]->as<kit::BlockImpl>()->attn;
   kit::terapipe::KVCache cache;
   const auto x = torch::randn({2, 8, model->config().n_embd}, torch::kFloat64);
@@ -77,7 +80,7 @@ TEST(SlicedAttention, TheCacheGrowsByEachSlice) {
 }
 
 TEST(SlicedAttention, SlicesThatDoNotAddUpAreAClearError) {
-  kit::GPT2 model = tiny_model();
+  kit::GPT2 model = tiny_float64_model();
   const auto idx = torch::zeros({1, 8}, torch::kLong);
   EXPECT_THROW(kit::terapipe::sliced_forward(*model, idx, {3, 4}), kit::Error);
   EXPECT_THROW(kit::terapipe::sliced_forward(*model, idx, {8, 0}), kit::Error);

@@ -18,7 +18,7 @@
 
 namespace {
 
-constexpr int64_t kVocab = 64, kBatch = 2, kSeqLen = 16, kSteps = 4;
+constexpr int64_t kRunVocab = 64, kRunBatch = 2, kRunSeqLen = 16, kRunSteps = 4;
 // The losses of ZeRO and of plain AdamW may differ only by float rounding: with 2 ranks
 // both sum the same two gradients and apply the same AdamW formula. 1e-5 relative is far
 // below what one wrong step moves them (see LossesMoveMoreThanTheTolerance).
@@ -26,8 +26,8 @@ constexpr double kRelTol = 1e-5;
 
 std::vector<std::string> args(const std::string& optimizer, const std::string& dir, const std::string& lr = "0.01") {
   return {kit_test::build_program("run_zero"), "--world-size", "2", "--optimizer", optimizer, "--preset", "tiny", "--dropout", "0",
-          "--batch-size", std::to_string(kBatch), "--seq-len", std::to_string(kSeqLen), "--vocab-size",
-          std::to_string(kVocab), "--steps", std::to_string(kSteps), "--lr", lr, "--weight-decay", "0.1",
+          "--batch-size", std::to_string(kRunBatch), "--seq-len", std::to_string(kRunSeqLen), "--vocab-size",
+          std::to_string(kRunVocab), "--steps", std::to_string(kRunSteps), "--lr", lr, "--weight-decay", "0.1",
           "--seed", "7", "--threads", "1", "--no-progress", "--out", dir + "/metrics/{rank}.json"};
 }
 
@@ -38,7 +38,7 @@ nlohmann::json metrics(const std::string& dir, int rank) {
 // P, counted from the model run_zero trains (the tied weight once).
 int64_t tiny_parameter_count() {
   kit::GPT2Config cfg = kit::gpt2_preset("tiny");
-  cfg.vocab_size = kVocab;
+  cfg.vocab_size = kRunVocab;
   kit::GPT2 model(cfg);
   return kit::count_parameters(*model);
 }
@@ -53,7 +53,7 @@ void expect_same_losses(const dp_test::TempDir& ref, const dp_test::TempDir& got
   for (int rank = 0; rank < 2; ++rank) {
     const auto a = metrics(ref.path(), rank)["losses"].get<std::vector<double>>();
     const auto b = metrics(got.path(), rank)["losses"].get<std::vector<double>>();
-    ASSERT_EQ(a.size(), static_cast<size_t>(kSteps)) << "rank " << rank;
+    ASSERT_EQ(a.size(), static_cast<size_t>(kRunSteps)) << "rank " << rank;
     ASSERT_EQ(b.size(), a.size()) << what << ", rank " << rank;
     for (size_t k = 0; k < a.size(); ++k)
       EXPECT_NEAR(b[k], a[k], kRelTol * std::abs(a[k])) << what << " against adamw, rank " << rank << ", step " << k;

@@ -22,6 +22,7 @@
 #include "train/loop.h"
 #include "train/loss.h"
 #include "zero/zero.h"
+#include "zero_test_util.h"
 
 namespace {
 namespace zero = kit::zero;
@@ -29,82 +30,23 @@ namespace dist = kit::dist;
 using rank_test::expect_all_ranks_pass;
 using rank_test::expect_ranks_pass_for;
 using rank_test::run_ranks;
-
-constexpr int64_t kRowsPerRank = 2, kSeqLen = 8, kVocab = 64, kSteps = 5;
-
-zero::ZeroOptions options(int stage) {
-  zero::ZeroOptions o;
-  o.stage = stage;
-  o.lr = 1e-2;  // large enough that a wrong bias correction or decay shows in 5 steps
-  o.weight_decay = 0.1;
-  return o;
-}
-
-torch::optim::AdamW reference_optimizer(kit::GPT2& model, const zero::ZeroOptions& o) {
-  return torch::optim::AdamW(model->parameters(), torch::optim::AdamWOptions(o.lr)
-                                                      .betas({o.beta1, o.beta2})
-                                                      .eps(o.eps)
-                                                      .weight_decay(o.weight_decay));
-}
-
-kit::GPT2 tiny_model(torch::ScalarType type = torch::kFloat64) {
-  kit::GPT2Config cfg = kit::gpt2_preset("tiny");
-  cfg.dropout = 0;
-  cfg.n_layer = 2;
-  kit::GPT2 model = kit::build_model(cfg, kVocab, kSeqLen, 11);
-  model->to(type);
-  return model;
-}
-
-int64_t parameter_count(kit::GPT2& model) {
-  int64_t n = 0;
-  for (const auto& p : model->parameters()) n += p.numel();
-  return n;
-}
-
-// Step k's whole batch: n * kRowsPerRank rows, every token counted.
-struct Batch {
-  torch::Tensor idx, labels;
-};
-Batch batch(int64_t k, int64_t n) {
-  torch::manual_seed(7 + static_cast<uint64_t>(k));
-  auto t = torch::randint(kVocab, {n * kRowsPerRank, kSeqLen + 1}, torch::kInt64);
-  return {t.narrow(1, 0, kSeqLen).contiguous(), t.narrow(1, 1, kSeqLen).contiguous()};
-}
-Batch share(const Batch& b, int64_t r) {
-  return {b.idx.narrow(0, r * kRowsPerRank, kRowsPerRank), b.labels.narrow(0, r * kRowsPerRank, kRowsPerRank)};
-}
-torch::Tensor loss_of(kit::GPT2& model, const Batch& b) {
-  return kit::masked_cross_entropy(model->forward(b.idx), b.labels, torch::ones(b.labels.sizes()));
-}
+// Declarations, not `using namespace`: in a unity batch a name another file declares would
+// otherwise silently hide one of these instead of failing to compile.
+using zero_test::kSteps;
+using zero_test::options;
+using zero_test::tiny_model;
+using zero_test::parameter_count;
+using zero_test::batch;
+using zero_test::share;
+using zero_test::loss_of;
+using zero_test::reference_parameters;
+using zero_test::expect_parameters_close;
 
 // Rank r's ZeRO training step on its share (the optimizer averages the gradients).
 void zero_step(kit::GPT2& model, zero::ZeroAdamW& opt, int64_t k, const dist::Group& group) {
   opt.zero_grad();
   loss_of(model, share(batch(k, group.size()), group.rank())).backward();
   opt.step();
-}
-
-// The parameters after `steps` steps of torch's AdamW on the whole batch, in one process.
-std::vector<torch::Tensor> reference_parameters(const zero::ZeroOptions& o, int64_t n, int64_t steps) {
-  kit::GPT2 model = tiny_model();
-  auto opt = reference_optimizer(model, o);
-  for (int64_t k = 0; k < steps; ++k) {
-    opt.zero_grad();
-    loss_of(model, batch(k, n)).backward();
-    opt.step();
-  }
-  std::vector<torch::Tensor> out;
-  for (const auto& p : model->parameters()) out.push_back(p.detach().clone());
-  return out;
-}
-
-void expect_parameters_close(kit::GPT2& model, const std::vector<torch::Tensor>& want, const std::string& what) {
-  const auto got = model->parameters();
-  ASSERT_EQ(got.size(), want.size());
-  const auto names = model->named_parameters().keys();
-  for (size_t i = 0; i < got.size(); ++i)
-    EXPECT_TRUE(rank_test::close(got[i], want[i], 1e-9, 1e-9)) << names[i] << " " << what;
 }
 
 // Stage `stage` for 5 steps equals torch's AdamW on the whole batch (float64).
