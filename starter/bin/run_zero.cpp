@@ -1,9 +1,10 @@
 // run_zero: GPT-2 trained with data parallelism across processes (Problem 5), with the
-// optimizer replicated (plain AdamW) or sharded (ZeRO stage 1 or 2), and the memory each
-// rank holds counted.
+// optimizer replicated (plain AdamW) or sharded (ZeRO stage 1 or 2), or the parameters too
+// (stage 3, FSDP), and the memory each rank holds counted.
 //
 //   ./build/run_zero --world-size 2 --optimizer zero1                  # 2 Gloo processes, ZeRO-1
 //   ./build/run_zero --world-size 2 --optimizer adamw --preset cpu-base # plain data parallelism
+//   ./build/run_zero --world-size 2 --optimizer zero3                  # FSDP (Problem 5.5)
 //   ./build/run_zero --world-size 1                                    # the single-process reference
 //   srun -n 2 ./build/run_zero --backend nccl ...                       # one rank per task
 //
@@ -23,6 +24,7 @@
 #include "model/gpt2.h"
 #include "train/loop.h"
 #include "train/loss.h"
+#include "zero/fsdp.h"
 #include "zero/zero.h"
 
 namespace {
@@ -34,13 +36,14 @@ struct ZeroRunOptions : kit::SyntheticOptions {
   std::string optimizer = "zero1";
 };
 
-int stage_of(const std::string& optimizer) { return optimizer == "zero1" ? 1 : optimizer == "zero2" ? 2 : 0; }
+int stage_of(const std::string& optimizer) {
+  return optimizer == "zero1" ? 1 : optimizer == "zero2" ? 2 : optimizer == "zero3" ? 3 : 0;
+}
 
 // Every check that needs no process: the same in the launcher and in each worker (srun).
 void check_options(const ZeroRunOptions& o, int world_size) {
-  if (o.optimizer != "adamw" && o.optimizer != "zero1" && o.optimizer != "zero2")
-    throw kit::Error("--optimizer " + o.optimizer + " is not one of adamw, zero1, zero2 (ZeRO stage 3, sharded "
-                     "parameters, is not built here)");
+  if (o.optimizer != "adamw" && stage_of(o.optimizer) == 0)
+    throw kit::Error("--optimizer " + o.optimizer + " is not one of adamw, zero1, zero2, zero3");
   if (world_size < 1) throw kit::Error("--world-size must be at least 1 (got " + std::to_string(world_size) + ")");
   kit::check_synthetic_options(o);
   if (o.weight_decay < 0) throw kit::Error("--weight-decay must not be negative");
@@ -58,14 +61,16 @@ int worker_main(const ZeroRunOptions& o, const kit::WorldInfo& me);
 int main(int argc, char** argv) {
   CLI::App app{"Data-parallel training of GPT-2 across processes with plain AdamW (every rank holds all of the "
                "optimizer state) or ZeRO stage 1 / 2 (the state, and at stage 2 the gradients, sharded across the "
-               "ranks); counts each rank's parameter, gradient, optimizer-state and activation bytes."};
+               "ranks) or stage 3 (FSDP: the parameters too); counts each rank's parameter, gradient, "
+               "optimizer-state and activation bytes."};
   ZeroRunOptions o;
   app.add_option("--world-size,--world_size", o.world_size,
                  "Data-parallel ranks n the kit starts (under srun or torchrun: taken from there)")
       ->capture_default_str();
   app.add_option("--optimizer", o.optimizer,
                  "adamw (plain data parallelism: all-reduce, then torch::optim::AdamW), zero1 (ZeroAdamW stage 1: "
-                 "optimizer state sharded) or zero2 (stage 2: gradients sharded too)")
+                 "optimizer state sharded), zero2 (stage 2: gradients sharded too) or zero3 (kit::zero::Fsdp, stage 3: "
+                 "parameters sharded too, gathered unit by unit)")
       ->capture_default_str();
   kit::SyntheticHelp help;
   help.batch_size = "Rows per rank and step (each rank runs its own rows: the global batch is n times this)";
@@ -80,8 +85,8 @@ int main(int argc, char** argv) {
       "counted by kit::memory's counting allocator; not measured on a GPU), peak_tensor_bytes, "
       "rss_forward_rise_bytes and peak_rss_bytes (the process), "
       "beside formula_bytes (fp32 AdamW: 4P + 4P + 8P for adamw, 4P + 4P + 8P/n for zero1, 4P + 12P/n for "
-      "zero2); communication per step per rank (send_bytes for the ring, all_reduce_bytes for adamw) against "
-      "all-reduce's 2(n-1)/n x 4P.");
+      "zero2, 16P/n for zero3); communication per step per rank (send_bytes for the ring, all_reduce_bytes for "
+      "adamw) against all-reduce's 2(n-1)/n x 4P (zero3: 3(n-1)/n x 4P).");
   return kit::guarded_main(argc, argv, app, [&] {
     // A bad flag fails in the launcher, before any process; with --world-size 1 the one rank
     // runs in this process.
@@ -123,16 +128,24 @@ int worker_main(const ZeroRunOptions& o, const kit::WorldInfo& me) {
   const int stage = stage_of(o.optimizer);
   std::unique_ptr<torch::optim::AdamW> adamw;
   std::unique_ptr<kit::zero::ZeroAdamW> zero;
+  std::unique_ptr<kit::zero::Fsdp> fsdp;
+  kit::zero::ZeroOptions zo;
+  zo.stage = stage;
+  zo.lr = o.run.train.lr;
+  zo.weight_decay = o.weight_decay;
   if (stage == 0) {
     adamw = std::make_unique<torch::optim::AdamW>(
         params, torch::optim::AdamWOptions(o.run.train.lr).weight_decay(o.weight_decay));
-  } else {
-    kit::zero::ZeroOptions zo;
-    zo.stage = stage;
-    zo.lr = o.run.train.lr;
-    zo.weight_decay = o.weight_decay;
+  } else if (stage < 3) {
     zero = std::make_unique<kit::zero::ZeroAdamW>(params, world, zo);
+  } else {
+    fsdp = std::make_unique<kit::zero::Fsdp>(model, world, zo);  // the model's own copies go
+    parameter_bytes = fsdp->shard_bytes();
   }
+  // The gradients this rank holds after a backward: every parameter's, or (zero3) its shards'.
+  std::vector<torch::Tensor> grad_holders = params;
+  if (fsdp)
+    for (const auto& u : fsdp->units()) grad_holders.push_back(u.shard);
   if (rank == 0)
     std::cout << "rank 0 of " << W << " (" << me.launcher_name() << ", " << o.backend << "): data parallel with "
               << o.optimizer << ", " << cfg.n_layer << " blocks, " << P << " parameters, " << B << " rows per rank"
@@ -147,34 +160,40 @@ int worker_main(const ZeroRunOptions& o, const kit::WorldInfo& me) {
     timer.start(k);
     kit::memory::reset_cpu_peak();
     if (adamw) adamw->zero_grad();
-    else zero->zero_grad();
+    else if (zero) zero->zero_grad();
+    else fsdp->zero_grad();
     const kit::TokenBatch& b = batches[static_cast<size_t>(k)];
     const torch::Tensor idx = b.idx.to(device), labels = b.labels.to(device), mask = b.mask.to(device);
     torch::Tensor loss;
     {
       const int64_t rss0 = kit::memory::rss_bytes(), held0 = kit::memory::cpu_bytes_now();
-      loss = kit::masked_cross_entropy(model->forward(idx), labels, mask);
+      loss = kit::masked_cross_entropy(fsdp ? fsdp->forward(idx) : model->forward(idx), labels, mask);
       activation_bytes = std::max(activation_bytes, kit::memory::cpu_bytes_now() - held0);
       rss_rise = std::max(rss_rise, kit::memory::rss_bytes() - rss0);
     }
     loss.backward();
     int64_t after_backward = 0;  // every variant: all of this rank's gradients, before the step
-    for (const auto& p : params) after_backward += bytes_of(p.grad());
+    for (const auto& p : grad_holders) after_backward += bytes_of(p.grad());
     gradient_peak_bytes = std::max(gradient_peak_bytes, after_backward);
     if (adamw) {
       kit::average_gradients_flat(params, world);
       adamw->step();
-    } else {
+    } else if (zero) {
       zero->step();
+    } else {
+      fsdp->step();
     }
     // What this rank keeps between steps (measured once every step's tensors exist).
     if (k == 0) {
       if (adamw) {
         optimizer_bytes = kit::adamw_state_bytes(*adamw);
         for (const auto& p : params) gradient_bytes += bytes_of(p.grad());
-      } else {
+      } else if (zero) {
         optimizer_bytes = zero->state_bytes();
         gradient_bytes = zero->gradient_bytes();
+      } else {
+        optimizer_bytes = fsdp->state_bytes();
+        gradient_bytes = after_backward;  // the shards' gradients, kept until the next zero_grad
       }
     }
     peak_tensor_bytes = std::max(peak_tensor_bytes, kit::memory::cpu_bytes_peak());
@@ -191,7 +210,8 @@ int worker_main(const ZeroRunOptions& o, const kit::WorldInfo& me) {
     const double ar_bytes = static_cast<double>(c.all_reduce_bytes) / per;
     const double send_bytes = static_cast<double>(c.send_bytes) / per;
     const double p4 = 4.0 * static_cast<double>(P);
-    const double f_grads = stage == 2 ? p4 / n : p4, f_state = stage == 0 ? 2 * p4 : 2 * p4 / n;
+    const double f_params = stage == 3 ? p4 / n : p4, f_grads = stage >= 2 ? p4 / n : p4,
+                 f_state = stage == 0 ? 2 * p4 : 2 * p4 / n;
     // tokens_per_sec: this rank's rows only; the job's rate is the sum over the ranks.
     nlohmann::json m = kit::run_metrics("run_zero", o.run, o.backend, me, timer, B * T);
     m.erase("batch_size");
@@ -217,13 +237,14 @@ int worker_main(const ZeroRunOptions& o, const kit::WorldInfo& me) {
         {"rss_forward_rise_bytes", rss_rise},
         {"peak_rss_bytes", kit::memory::peak_rss_bytes()},
         {"formula_bytes",
-         {{"parameters", p4}, {"gradients", f_grads}, {"optimizer_state", f_state},
-          {"total", p4 + f_grads + f_state}}},
+         {{"parameters", f_params}, {"gradients", f_grads}, {"optimizer_state", f_state},
+          {"total", f_params + f_grads + f_state}}},
         {"all_reduce_bytes_per_step", ar_bytes},
         {"send_bytes_per_step", send_bytes},
         {"comm_bytes_per_step", stage == 0 ? ring * ar_bytes : send_bytes},
         {"comm_bytes_counted", stage != 0},
         {"formula_all_reduce_comm_bytes_per_step", ring * p4},
+        {"formula_comm_bytes_per_step", (stage == 3 ? 1.5 : 1.0) * ring * p4},
         {"comm_seconds_per_step", c.comm_seconds / per}});
     kit::write_rank_json(o.run.out, rank, W, m.dump(1));
   }

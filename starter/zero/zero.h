@@ -14,10 +14,11 @@
 //
 // Steps 2 + 4 send what one all-reduce sends, 2(n-1)/n of the buffer per rank. Stage 2
 // also keeps only the shard of the reduced gradients between steps (the full gradient
-// buffer is freed once it is reduced). Stage 3 (parameters themselves sharded) is not here.
+// buffer is freed once it is reduced). Stage 3 (the parameters sharded too): fsdp.h, Problem 5.5.
 #pragma once
 #include <torch/types.h>
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -41,6 +42,11 @@ class ZeroAdamW {
   // Makes the parameters views of one flat buffer (so all-gathering it updates them), with
   // every rank's values taken from its own model: build the models identically first.
   ZeroAdamW(std::vector<torch::Tensor> params, dist::Group group, ZeroOptions options = {});
+  // An optimizer whose shard is the whole of `shards`, tensors that already are this rank's
+  // part (ZeRO stage 3, fsdp.h): they become views of one flat buffer, laid end to end, and
+  // update_shard(grad) steps them all. Not for step(), which would shard them again.
+  static std::unique_ptr<ZeroAdamW> over_shards(std::vector<torch::Tensor> shards, dist::Group group,
+                                                ZeroOptions options = {});
 
   void zero_grad();
   // After backward on this rank's share of the batch (gradients not yet averaged).
@@ -65,6 +71,8 @@ class ZeroAdamW {
 
  private:
   void pack_gradients();  // p.grad() -> grad_flat_ (given)
+  ZeroAdamW(dist::Group group, ZeroOptions options);  // over_shards' start
+  void lay_out_flat(int64_t padded);  // param_flat_ from params_, each parameter a view of it (given)
 
   std::vector<torch::Tensor> params_;
   dist::Group group_;

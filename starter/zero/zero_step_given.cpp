@@ -14,7 +14,7 @@ ZeroAdamW::ZeroAdamW(std::vector<torch::Tensor> params, dist::Group group, ZeroO
     : params_(std::move(params)), group_(std::move(group)), opt_(options) {
   if (opt_.stage != 1 && opt_.stage != 2)
     throw Error("ZeRO stage " + std::to_string(opt_.stage) + " is not built here: use 1 (optimizer state sharded) "
-                "or 2 (gradients too)");
+                "or 2 (gradients too); stage 3 shards the parameters as well: kit::zero::Fsdp (zero/fsdp.h)");
   for (const auto& p : params_) numel_ += p.numel();
   const int64_t n = group_.size();
   shard_ = shard_of(numel_, group_.rank(), n);
@@ -22,9 +22,16 @@ ZeroAdamW::ZeroAdamW(std::vector<torch::Tensor> params, dist::Group group, ZeroO
   if (S * n < numel_)
     throw Error("shard_of gives shards of " + std::to_string(S) + " elements, which cannot hold the " +
                 std::to_string(numel_) + " parameters on " + std::to_string(n) + " ranks");
+  lay_out_flat(S * n);
+}
+
+ZeroAdamW::ZeroAdamW(dist::Group group, ZeroOptions options) : group_(std::move(group)), opt_(options) {}
+
+void ZeroAdamW::lay_out_flat(int64_t padded) {
   // One buffer for all parameters; each parameter becomes a view of its place in it.
   torch::NoGradGuard no_grad;
-  param_flat_ = torch::zeros({S * n}, params_.empty() ? torch::TensorOptions() : params_[0].options());
+  const int64_t S = shard_.size();
+  param_flat_ = torch::zeros({padded}, params_.empty() ? torch::TensorOptions() : params_[0].options());
   int64_t at = 0;
   for (auto& p : params_) {
     auto view = param_flat_.narrow(0, at, p.numel());
@@ -34,6 +41,17 @@ ZeroAdamW::ZeroAdamW(std::vector<torch::Tensor> params, dist::Group group, ZeroO
   }
   exp_avg_ = torch::zeros({S}, param_flat_.options());
   exp_avg_sq_ = torch::zeros({S}, param_flat_.options());
+}
+
+std::unique_ptr<ZeroAdamW> ZeroAdamW::over_shards(std::vector<torch::Tensor> shards, dist::Group group,
+                                                  ZeroOptions options) {
+  options.stage = 1;
+  std::unique_ptr<ZeroAdamW> z(new ZeroAdamW(std::move(group), options));
+  z->params_ = std::move(shards);
+  for (const auto& p : z->params_) z->numel_ += p.numel();
+  z->shard_ = {0, z->numel_};  // this rank's shard is all it holds
+  z->lay_out_flat(z->numel_);
+  return z;
 }
 
 void ZeroAdamW::zero_grad() {

@@ -1,7 +1,8 @@
 // run_zero end to end on 2 Gloo processes, tiny preset: ZeRO-1 and ZeRO-2 train exactly as
 // plain data parallelism with torch::optim::AdamW does (losses), each rank holds
 // ceil(P/2) x 2 x 4 bytes of optimizer state (measured by the program from the moment
-// tensors, P counted here from the model), and a bad flag is refused before any rank starts.
+// tensors, P counted here from the model), and a bad flag is refused before any rank starts;
+// ZeRO-3 (Problem 5.5) the same, holding its shards only.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -116,10 +117,10 @@ TEST(ZeroRun, OptimizerStateAndGradientBytesPerRank) {
 
 TEST(ZeroRun, UnknownOptimizerIsAClearError) {
   dp_test::TempDir dir("zero_run_bad_optimizer");
-  const auto r = dp_test::run_kit_program(args("zero3", dir.path()), dir / "log.txt");
+  const auto r = dp_test::run_kit_program(args("zero4", dir.path()), dir / "log.txt");
   EXPECT_FALSE(r.timed_out) << dp_test::describe_run(r);
   EXPECT_EQ(r.exitcode, 1) << dp_test::describe_run(r);
-  EXPECT_NE(r.output.find("--optimizer zero3 is not one of adamw, zero1, zero2"), std::string::npos) << dp_test::describe_run(r);
+  EXPECT_NE(r.output.find("--optimizer zero4 is not one of adamw, zero1, zero2, zero3"), std::string::npos) << dp_test::describe_run(r);
   // Refused in the launcher: no rank was started, so none is left waiting.
   EXPECT_EQ(r.output.find("starting 2 data-parallel ranks"), std::string::npos) << dp_test::describe_run(r);
   EXPECT_TRUE(dp_test::leftovers_after(dir.path(), 5).empty())
@@ -127,3 +128,26 @@ TEST(ZeroRun, UnknownOptimizerIsAClearError) {
 }
 
 }  // namespace
+
+// Problem 5.5 through run_zero: ZeRO-3 trains as plain AdamW does, and each rank holds its
+// shards of the parameters, their gradients and their moments, and sends three passes of them.
+TEST(FsdpRun, Zero3TrainsAsPlainAdamWAndHoldsItsShardsOnly) {
+  dp_test::TempDir adamw("zero_run3_adamw"), zero3("zero_run3_zero3");
+  train("adamw", adamw);
+  train("zero3", zero3);
+  if (HasFatalFailure()) return;
+  expect_same_losses(adamw, zero3, "zero3");
+  for (int rank = 0; rank < 2; ++rank) {
+    const nlohmann::json z = metrics(zero3.path(), rank);
+    const int64_t P = z["parameter_count"].get<int64_t>(), shard = z["parameter_bytes"].get<int64_t>();
+    EXPECT_EQ(P, tiny_parameter_count()) << "rank " << rank;
+    // The units' shards, each ceil(P_u / 2) floats: at least P/2, less than P/2 + one float per unit.
+    EXPECT_GE(shard, 4 * P / 2) << "zero3 parameter bytes kept, rank " << rank;
+    EXPECT_LE(shard, 4 * (P / 2 + 16)) << "zero3 parameter bytes kept, rank " << rank;
+    EXPECT_EQ(z["gradient_bytes"].get<int64_t>(), shard) << "zero3 keeps its shards' gradients only, rank " << rank;
+    EXPECT_EQ(z["gradient_peak_bytes"].get<int64_t>(), shard) << "rank " << rank;
+    EXPECT_EQ(z["optimizer_state_bytes"].get<int64_t>(), 2 * shard) << "rank " << rank;
+    // Two all-gathers and a reduce-scatter of every shard, n - 1 = 1 chunk each.
+    EXPECT_DOUBLE_EQ(z["send_bytes_per_step"].get<double>(), 3.0 * shard) << "rank " << rank;
+  }
+}
