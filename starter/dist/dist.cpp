@@ -30,9 +30,8 @@
 
 namespace kit::dist {
 
-namespace {
-
-// One counter set: the process's totals and each group's own.
+// One counter set: the process's totals and each group's own. Not in the anonymous namespace:
+// Group::State (declared in dist.h) holds one.
 struct AtomicCounters {
   std::atomic<int64_t> all_reduce_calls{0}, all_reduce_bytes{0}, all_gather_calls{0}, all_gather_bytes{0},
       broadcast_calls{0}, broadcast_bytes{0}, send_bytes{0}, recv_bytes{0}, barrier_calls{0},
@@ -57,6 +56,8 @@ struct AtomicCounters {
       *a = 0;
   }
 };
+
+namespace {
 
 using Backend = c10::intrusive_ptr<compat::C10dBackend>;
 // Makes one more backend of the world's kind for (group rank, group size) on a store.

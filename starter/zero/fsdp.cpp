@@ -74,13 +74,18 @@ Fsdp::Fsdp(GPT2 model, dist::Group group, ZeroOptions options)
 
 void Fsdp::build_units() {
   GPT2Impl& m = *model_;
-  units_.push_back({"outer", {&m.wte->weight, &m.wpe->weight, &m.ln_f->weight, &m.ln_f->bias}});
+  auto add_unit = [this](std::string name, std::vector<torch::Tensor*> slots) {
+    units_.emplace_back();
+    units_.back().name = std::move(name);
+    units_.back().slots = std::move(slots);
+  };
+  add_unit("outer", {&m.wte->weight, &m.wpe->weight, &m.ln_f->weight, &m.ln_f->bias});
   for (size_t i = 0; i < m.h->size(); ++i) {
     auto& b = *m.h[i]->as<Block>();
-    units_.push_back({"h." + std::to_string(i),
-                      {&b.ln_1->weight, &b.ln_1->bias, &b.attn->c_attn->weight, &b.attn->c_attn->bias,
-                       &b.attn->c_proj->weight, &b.attn->c_proj->bias, &b.ln_2->weight, &b.ln_2->bias,
-                       &b.mlp->c_fc->weight, &b.mlp->c_fc->bias, &b.mlp->c_proj->weight, &b.mlp->c_proj->bias}});
+    add_unit("h." + std::to_string(i),
+             {&b.ln_1->weight, &b.ln_1->bias, &b.attn->c_attn->weight, &b.attn->c_attn->bias, &b.attn->c_proj->weight,
+              &b.attn->c_proj->bias, &b.ln_2->weight, &b.ln_2->bias, &b.mlp->c_fc->weight, &b.mlp->c_fc->bias,
+              &b.mlp->c_proj->weight, &b.mlp->c_proj->bias});
   }
   // Every parameter in exactly one unit: a model with parameters this list does not know
   // (another module's) would silently stay replicated.

@@ -73,14 +73,15 @@ class Fsdp {
   Fsdp(const Fsdp&) = delete;
   Fsdp& operator=(const Fsdp&) = delete;
 
-  // Logits (B, T, V) of one forward, gathering and freeing unit by unit (student); a backward
-  // from them gathers, reduce-scatters and frees. Given: checks afterwards that every freed
-  // unit is gathered again before its backward (a clear error, not a crash in the backward).
+  // Logits (B, T, V) of one forward: forward_units (the student's, below), then a check that
+  // every unit it freed is gathered again before its backward (a clear error, not a crash in
+  // the backward). A backward from the logits gathers, reduce-scatters and frees.
   torch::Tensor forward(const torch::Tensor& idx);
   void zero_grad();
-  void step();  // AdamW on every unit's shard (student)
 
   // --- the student's functions (fsdp_step.cpp) ---
+  // AdamW on every unit's shard: their gradients end to end into optimizer_->update_shard.
+  void step();
   // u.full := the unit's full parameters: this rank's shard in its place, the others' by a
   // ring all-gather (Problem 5.1's ring_all_gather).
   void gather(FsdpUnit& u);
@@ -114,7 +115,9 @@ class Fsdp {
   int64_t expected_send_bytes() const;
 
  private:
-  torch::Tensor forward_units(const torch::Tensor& idx);  // the student's forward
+  // The student's forward: use(u) before a unit computes, u.free() after it, and for each freed
+  // unit a before_backward(..., Refill::kGather) that brings it back before its backward.
+  torch::Tensor forward_units(const torch::Tensor& idx);
   void build_units();
 
   GPT2 model_;
