@@ -43,16 +43,8 @@ MIB = 2**20
 
 def parse_args(argv=None):
     ap = argument_parser(__doc__, "run_zero and run_collectives")
-    ap.add_argument("--presets", nargs="+", default=["cpu-base", "gpt2"])
     ap.add_argument("--world-size", type=int, default=2, help="data-parallel ranks n")
-    ap.add_argument("--batch-size", type=int, default=8, help="rows per rank (presets other than gpt2)")
-    common_options(ap, seq_len=128, steps=3, warmup=1)
-    ap.add_argument("--gpt2-batch-size", type=int, default=2, help="rows per rank for gpt2")
-    ap.add_argument("--gpt2-seq-len", type=int, default=64)
-    ap.add_argument("--gpt2-steps", type=int, default=2, help="timed steps for gpt2")
-    ap.add_argument("--gpt2-warmup", type=int, default=1)
-    ap.add_argument("--vocab-size", type=int, default=1000, help="synthetic tokens (gpt2 keeps its 50257 rows)")
-    common_options(ap, threads=1)
+    preset_options(ap, batch_size=8, steps=3)
     ap.add_argument("--coll-min-bytes", default="1K")
     ap.add_argument("--coll-max-bytes", default="256M")
     ap.add_argument("--coll-warmup", type=int, default=5, help="untimed all-reduces per size (nccl-tests' default)")
@@ -63,7 +55,22 @@ def parse_args(argv=None):
     return ap.parse_args(argv)
 
 
+def preset_options(ap, batch_size, steps):
+    """--presets and the run sizes: gpt2's own, kept small (a step of the 124M-parameter model
+    takes seconds on one CPU thread), the other presets'; bench/zero_stages.py's too."""
+    ap.add_argument("--presets", nargs="+", default=["cpu-base", "gpt2"])
+    ap.add_argument("--batch-size", type=int, default=batch_size, help="rows per rank (presets other than gpt2)")
+    common_options(ap, seq_len=128, steps=steps, warmup=1)
+    ap.add_argument("--gpt2-batch-size", type=int, default=2, help="rows per rank for gpt2")
+    ap.add_argument("--gpt2-seq-len", type=int, default=64)
+    ap.add_argument("--gpt2-steps", type=int, default=2, help="timed steps for gpt2")
+    ap.add_argument("--gpt2-warmup", type=int, default=1)
+    ap.add_argument("--vocab-size", type=int, default=1000, help="synthetic tokens (gpt2 keeps its 50257 rows)")
+    common_options(ap, threads=1)
+
+
 def preset_settings(args, preset):
+    """The sizes of one preset's runs, from preset_options'."""
     if preset == "gpt2":
         return {"batch_size": args.gpt2_batch_size, "seq_len": args.gpt2_seq_len, "steps": args.gpt2_steps,
                 "warmup": args.gpt2_warmup}

@@ -40,6 +40,7 @@ import os
 from bench_process import (argument_parser, command_line, common_options, rel_diff, run_ranks, table_head,
                            write_summary)
 from gnuplot_png import BAR_STYLE, draw_figures, figure_options, inline, quote, summary_figures, tics
+from zero import preset_options, preset_settings
 
 TARGETS = "run_zero"  # what the runs need built
 # (--optimizer, label, colour, gnuplot point type)
@@ -55,16 +56,8 @@ LOSS_TOLERANCE = 1e-5      # ZeRO-3's losses against DP's, relative
 
 def parse_args(argv=None):
     ap = argument_parser(__doc__, "run_zero")
-    ap.add_argument("--presets", nargs="+", default=["cpu-base", "gpt2"])
     ap.add_argument("--world-sizes", type=int, nargs="+", default=[1, 2, 3, 4], help="data-parallel ranks n")
-    ap.add_argument("--batch-size", type=int, default=4, help="rows per rank (presets other than gpt2)")
-    common_options(ap, seq_len=128, steps=2, warmup=1)
-    ap.add_argument("--gpt2-batch-size", type=int, default=2, help="rows per rank for gpt2")
-    ap.add_argument("--gpt2-seq-len", type=int, default=64)
-    ap.add_argument("--gpt2-steps", type=int, default=2, help="timed steps for gpt2")
-    ap.add_argument("--gpt2-warmup", type=int, default=1)
-    ap.add_argument("--vocab-size", type=int, default=1000, help="synthetic tokens (gpt2 keeps its 50257 rows)")
-    common_options(ap, threads=1)
+    preset_options(ap, batch_size=4, steps=2)
     ap.add_argument("--backend", default="gloo", choices=["gloo", "nccl"])
     common_options(ap, timeout=1200, out="runs/zero_stages")
     figure_options(ap)
@@ -74,13 +67,6 @@ def parse_args(argv=None):
             ap.error("--world-sizes: every n must be at least 1")
         args.world_sizes = sorted(set(args.world_sizes))
     return args
-
-
-def preset_settings(args, preset):
-    if preset == "gpt2":
-        return {"batch_size": args.gpt2_batch_size, "seq_len": args.gpt2_seq_len, "steps": args.gpt2_steps,
-                "warmup": args.gpt2_warmup}
-    return {"batch_size": args.batch_size, "seq_len": args.seq_len, "steps": args.steps, "warmup": args.warmup}
 
 
 def formula(optimizer, p, n):
@@ -241,6 +227,18 @@ def markdown(s):
 
 # ---- the figure -------------------------------------------------------------------------------
 
+def line_panel(used, x, column, width, title, ylabel, top, key, shift):
+    """One panel of lines, one per variant: column `column` of its rows against n (x: "1", or
+    "($1+{shift})" to move each variant sideways by its own shift)."""
+    plot = ", ".join(f"'-' using {x.format(shift=repr(shift[opt]))}:{column} with linespoints lw {width} pt {pt} "
+                     f"ps 1.2 lc rgb {quote(colour)} title {quote(label)}" for opt, label, colour, pt, _ in used)
+    return (f"set title {quote(title)}\n"
+            f"set ylabel {quote(ylabel)}\n"
+            f"set yrange [0:{1.3 * top if top > 0 else 1.0!r}]\n"
+            f"set key {key} horizontal samplen 2 font \",9\" opaque box\n"
+            f"plot {plot}\n" + "".join(inline(rows) for *_, rows in used))
+
+
 def stages_figure(s):
     """zero_stages.png: one row per preset; panels: params + grads + state per rank against n
     (counted, and the formulas dashed), peak tensor bytes per rank, step time; (width, height, script)."""
@@ -305,26 +303,15 @@ def stages_figure(s):
                    f"set xrange [{lo!r}:{hi!r}]\nset yrange [0:{1.45 * top if top > 0 else 1.0!r}]\n" + xt +
                    "set key top right vertical maxrows 5 samplen 2.5 font \",9\" opaque box\n"
                    f"plot {plot}\n" + "".join(inline(rows) for *_, rows in used) * 2)
-        # Panel 2: peak tensor bytes.
-        plot = ", ".join(f"'-' using ($1+{shift[opt]!r}):4 with linespoints lw 1.5 pt {pt} ps 1.2 "
-                         f"lc rgb {quote(colour)} title {quote(label)}" for opt, label, colour, pt, _ in used)
-        title = (f"{name}: peak tensor bytes per rank during a step, counted\n"
-                 f"(activations and transients too), {settings}")
-        script += (f"set title {quote(title)}\n"
-                   'set ylabel "MiB per rank (peak)"\n'
-                   f"set yrange [0:{1.3 * top_peak if top_peak > 0 else 1.0!r}]\n"
-                   "set key bottom left horizontal samplen 2 font \",9\" opaque box\n"
-                   f"plot {plot}\n" + "".join(inline(rows) for *_, rows in used))
-        # Panel 3: step time.
-        plot = ", ".join(f"'-' using 1:5 with linespoints lw 2 pt {pt} ps 1.2 lc rgb {quote(colour)} "
-                         f"title {quote(label)}" for opt, label, colour, pt, _ in used)
-        title = (f"{name}: step time, the slowest rank (mean of {steps} timed steps)\n"
-                 f"{settings}, {threads} thread(s) per rank")
-        script += (f"set title {quote(title)}\n"
-                   'set ylabel "seconds per step"\n'
-                   f"set yrange [0:{1.3 * top_step if top_step > 0 else 1.0!r}]\n"
-                   "set key top left horizontal samplen 2 font \",9\" opaque box\n"
-                   f"plot {plot}\n" + "".join(inline(rows) for *_, rows in used))
+        # Panel 2: peak tensor bytes; panel 3: step time.
+        script += line_panel(used, f"($1+{{shift}})", 4, 1.5,
+                             f"{name}: peak tensor bytes per rank during a step, counted\n"
+                             f"(activations and transients too), {settings}",
+                             "MiB per rank (peak)", top_peak, "bottom left", shift)
+        script += line_panel(used, "1", 5, 2,
+                             f"{name}: step time, the slowest rank (mean of {steps} timed steps)\n"
+                             f"{settings}, {threads} thread(s) per rank",
+                             "seconds per step", top_step, "top left", shift)
     return 1800, 120 + 470 * rows_n, script + "unset multiplot\n"
 
 
