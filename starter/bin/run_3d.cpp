@@ -36,6 +36,7 @@ struct Run3DOptions : kit::SyntheticOptions {
   int64_t virtual_chunks = 1;
   std::string schedule = "1f1b";
   bool zero = false;
+  bool recompute = false;  // Problem 6.3
   double weight_decay = 0.0;
   std::string save;
   std::string trace;  // --trace: a Chrome trace per rank
@@ -86,6 +87,9 @@ int main(int argc, char** argv) {
   app.add_option("--virtual", o.virtual_chunks, "Model chunks v per rank (interleaved only; v*p stages)")
       ->capture_default_str();
   app.add_flag("--zero", o.zero, "ZeRO-1 over each data-parallel group (optimizer state sharded d ways)");
+  app.add_flag("--recompute", o.recompute,
+               "Activation recomputation (Problem 6.3): each stage keeps only its blocks' inputs and runs every "
+               "tensor-parallel block's forward again in the backward");
   kit::SyntheticHelp help;
   help.n_layer = "Transformer blocks (default: the preset's); at least v*p";
   help.batch_size = "Rows of the global batch (a multiple of d*m)";
@@ -101,7 +105,7 @@ int main(int argc, char** argv) {
                  "the directory must exist): F/B events with their P2P receives, one track per rank");
   app.footer("Metrics per rank (--out): tokens_per_sec (the global batch's), losses, step seconds, "
              "comm_seconds_per_step {data, tensor, pipeline, embedding}, parameter_bytes, peak_tensor_bytes, "
-             "peak_rss_bytes, and the rank's grid coordinates.");
+             "peak_rss_bytes, recompute, and the rank's grid coordinates.");
   return kit::guarded_main(argc, argv, app, [&] {
     o.grid = {dp, pp, tp};
     // Under srun or torchrun, check_options names the grid that does not fit the world.
@@ -133,12 +137,14 @@ int worker_main(const Run3DOptions& o, const kit::WorldInfo& world) {
   t.weight_decay = o.weight_decay;
   // The whole model from the seed on every rank; each rank keeps its part.
   kit::grid::Trainer3D trainer(kit::build_model(cfg, o.vocab, o.run.data.seq_len, o.run.train.seed), grid, t);
+  for (const auto& chunk : trainer.chunks()) chunk.ptr()->set_recompute(o.recompute);
   torch::manual_seed(o.run.train.seed + 1 + static_cast<uint64_t>(rank));  // dropout: this rank's own
   int64_t parameter_bytes = 0;
   for (const auto& p : trainer.parameters()) parameter_bytes += p.numel() * static_cast<int64_t>(p.element_size());
   if (rank == 0)
     std::cout << "rank 0 of " << W << " (" << world.launcher_name() << ", " << o.backend << "): grid "
               << o.grid.str() << ", " << o.schedule << ", m = " << o.microbatches << (o.zero ? ", ZeRO-1" : "")
+              << (o.recompute ? ", recomputing activations" : "")
               << ", " << cfg.n_layer << " blocks" << std::endl;
 
   const int64_t B = o.run.train.batch_size, T = o.run.data.seq_len;
@@ -194,7 +200,8 @@ int worker_main(const Run3DOptions& o, const kit::WorldInfo& world) {
     m.update({{"n_layer", cfg.n_layer}, {"n_head", cfg.n_head}, {"n_embd", cfg.n_embd},
               {"vocab_size", cfg.vocab_size}, {"dp", o.grid.dp}, {"pp", o.grid.pp}, {"tp", o.grid.tp},
               {"coords", coords}, {"schedule", o.schedule}, {"microbatches", o.microbatches},
-              {"virtual_chunks", o.virtual_chunks}, {"zero", o.zero}, {"global_batch_size", B}, {"losses", losses},
+              {"virtual_chunks", o.virtual_chunks}, {"zero", o.zero}, {"recompute", o.recompute},
+              {"global_batch_size", B}, {"losses", losses},
               {"comm_seconds_per_step",
                {{"data", comm.data / per}, {"tensor", comm.tensor / per}, {"pipeline", comm.pipeline / per},
                 {"embedding", comm.embedding / per}}},

@@ -34,6 +34,7 @@ struct PpOptions : kit::SyntheticOptions {
   int64_t microbatches = 4;  // --chunks M
   int64_t virtual_chunks = 1;
   bool memory = false;
+  bool recompute = false;  // Problem 6.3
   std::string save, timeline, trace, schedule_file;
   bool precheck = true;
   int fail_rank = -1;
@@ -111,6 +112,9 @@ int main(int argc, char** argv) {
   kit::add_model_options(app, o, help);
   app.add_flag("--memory", o.memory, "Count CPU tensor bytes (kit/memory.h) and report what each batch kept alive "
                                      "per rank (metrics and --timeline JSON)");
+  app.add_flag("--recompute", o.recompute,
+               "Activation recomputation (Problem 6.3): each stage keeps only its blocks' inputs and runs every "
+               "block's forward again in the backward (about a third more compute, far less memory kept)");
   kit::add_process_options(app, o);
   app.add_option("--timeline", o.timeline, "Write this rank's measured timeline of the last batch as JSON here "
                                            "({rank} replaced, else .rank<r> added)");
@@ -159,6 +163,7 @@ int worker_main(const PpOptions& o, const kit::WorldInfo& world) {
   for (auto& c : me.chunks) {
     c->to(device);
     c->train();
+    c->set_recompute(o.recompute);
     for (auto& p : c->parameters()) params.push_back(p);
   }
   torch::manual_seed(o.run.train.seed + 1 + static_cast<uint64_t>(rank));  // dropout: per rank
@@ -170,7 +175,8 @@ int worker_main(const PpOptions& o, const kit::WorldInfo& world) {
   if (rank == 0)
     std::cout << "rank 0 of " << W << " (" << world.launcher_name() << ", " << o.backend << "): " << o.schedule
               << ", m = " << o.microbatches << ", v = " << o.virtual_chunks << ", " << shape.stages()
-              << " virtual stages, " << kit::synthetic_config(o).n_layer << " blocks" << std::endl;
+              << " virtual stages, " << kit::synthetic_config(o).n_layer << " blocks"
+              << (o.recompute ? ", recomputing activations" : "") << std::endl;
 
   const int64_t warmup = kit::warmup_of(o.warmup, o.steps);
   const bool count_memory = o.memory && device.is_cpu();
@@ -250,7 +256,8 @@ int worker_main(const PpOptions& o, const kit::WorldInfo& world) {
     // Every token of the batch passes through every rank: tokens/s is not summed over ranks.
     nlohmann::json m = kit::run_metrics("run_pipeline_training", o.run, o.backend, world, timer, B * T);
     m.update({{"schedule", o.schedule}, {"n_layer", kit::synthetic_config(o).n_layer}, {"microbatches", o.microbatches},
-              {"virtual_chunks", o.virtual_chunks}, {"stages", shape.stages()}, {"peak_kept", peak_kept},
+              {"virtual_chunks", o.virtual_chunks}, {"stages", shape.stages()}, {"recompute", o.recompute},
+              {"peak_kept", peak_kept},
               {"messages_sent", p2p.messages_sent()}, {"messages_received", p2p.messages_received()},
               {"recv_seconds", p2p.recv_seconds()}, {"memory", pp::memory_json(o.memory, device, memory)}});
     if (holds_loss) m["losses"] = losses;

@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 
 #include "model/checkpoint.h"
+#include "pipeline_training/recompute.h"
 #include "tensor_parallel/blocks.h"
 #include "tensor_parallel/mappings.h"
 #include "tensor_parallel/sharding.h"
@@ -44,7 +45,10 @@ torch::Tensor TensorParallelStageImpl::forward(const torch::Tensor& input) {
     auto pos = torch::arange(x.size(1), torch::TensorOptions().dtype(torch::kLong).device(x.device()));
     x = drop(wte(x) + wpe(pos));
   }
-  for (const auto& block : *h) x = block->as<tp::ParallelBlockImpl>()->forward(x);
+  for (const auto& block : *h) {  // through recompute when set_recompute(true) (Problem 6.3)
+    tp::ParallelBlockImpl* b = block->as<tp::ParallelBlockImpl>();
+    x = pp::run_block([b](const torch::Tensor& in) { return b->forward(in); }, x, recompute_enabled());
+  }
   if (!is_last()) return x;
   // The output projection: column-parallel over the vocabulary, its weight this rank's rows
   // of wte. f before it, because each rank's slice contributes to the gradient of x.

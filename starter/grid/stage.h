@@ -10,6 +10,10 @@
 //
 // Every tensor rank of a stage runs the whole micro-batch: the activation it receives and
 // sends between stages is whole (b, T, C), the same on the t ranks.
+//
+// set_recompute(true) (the base's, Problem 6.3) runs each ParallelBlock through recompute: its
+// backward runs the block's forward again, all-reduces included, in the same order on the t
+// ranks (each runs the same schedule), with the dropout masks of the forward.
 #pragma once
 #include <torch/nn/modules/container/modulelist.h>
 #include <torch/nn/modules/dropout.h>

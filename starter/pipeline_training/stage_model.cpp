@@ -8,6 +8,7 @@
 #include "dist/dist.h"
 #include "kit/errors.h"
 #include "pipeline/model_parallel.h"
+#include "pipeline_training/recompute.h"
 #include "train/loss.h"
 
 namespace kit::pp {
@@ -113,7 +114,10 @@ torch::Tensor StageModuleImpl::forward(const torch::Tensor& input) {
     auto pos = torch::arange(x.size(1), torch::TensorOptions().dtype(torch::kLong).device(x.device()));
     x = drop(wte(x) + wpe(pos));
   }
-  for (const auto& block : *h) x = block->as<BlockImpl>()->forward(x);
+  for (const auto& block : *h) {
+    BlockImpl* b = block->as<BlockImpl>();
+    x = run_block([b](const torch::Tensor& in) { return b->forward(in); }, x, recompute_);
+  }
   if (is_last()) x = torch::nn::functional::linear(ln_f(x), wte->weight);  // tied to wte
   return x;
 }

@@ -63,6 +63,11 @@ class StageModuleImpl : public torch::nn::Module {
   // The wte weight this stage holds (stage 0's own, or the last stage's copy), or undefined.
   virtual torch::Tensor tied_weight() const;
 
+  // Problem 6.3: when on, forward runs each block through recompute (recompute.h), keeping
+  // only the blocks' inputs and running each block again in the backward. Off by default.
+  void set_recompute(bool on) { recompute_ = on; }
+  bool recompute_enabled() const { return recompute_; }
+
  protected:
   // For stages that build their own modules: only the stage's place and its blocks' range.
   StageModuleImpl(const GPT2Config& cfg, int64_t stage, int64_t n_stages);
@@ -75,6 +80,7 @@ class StageModuleImpl : public torch::nn::Module {
  private:
   int64_t stage_, n_stages_, first_block_ = 0, num_blocks_ = 0;
   GPT2Config cfg_;
+  bool recompute_ = false;
 
  protected:
   // The stage's modules (null where the stage has none), for stages that run them

@@ -1,0 +1,353 @@
+// Problem 6.3: activation recomputation (pipeline_training/recompute.h), in float64 on the
+// tiny preset with dropout on (0.1), so that every dropout mask matters.
+//
+//   - One block, and a whole one-stage model (embedding dropout, blocks, the tied output and
+//     the loss): the loss and every gradient, the input's and each parameter's, equal those
+//     without recomputation to 1e-12. A recomputation that does not restore the generator's
+//     state draws other dropout masks and is off by the scale of a gradient; one run under
+//     NoGradGuard gives the parameters no gradient. The random numbers drawn after the
+//     backward are the ones drawn without recomputation (the state is put back).
+//   - Memory (kit/memory.h's counting allocator): the bytes a middle stage's forward keeps
+//     alive with recomputation are its input, its blocks' outputs (the next blocks' inputs
+//     and the stage's output): (blocks + 1) x b x T x C x 8, plus at most 16 KiB per block
+//     (the saved generator state is about 5 KB); without recomputation several times more.
+//   - Counted (given counters): one forward and backward of a stage runs each block's forward
+//     twice with recomputation (once inside the backward), once without.
+//   - 1F1B on 2 processes (the reference schedule, run here with the given P2P and stages,
+//     not Problem 3.2's executor, so that only recompute is graded), dropout 0.1, 3 batches
+//     with AdamW steps: each rank's gradients after the first batch (1e-9 of their scale) and
+//     the losses (1e-5 relative) equal those without recomputation. Rank 0 runs two forwards
+//     before its first backward: a recomputation that leaves the generator at the recomputed
+//     forward's state gives the next micro-batch the previous one's masks.
+//   - RecomputeRun (no rubric item: it runs the executor too): run_pipeline_training
+//     --recompute, 2 processes, 1F1B, dropout 0.1, gives the losses of the run without.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <iostream>
+#include <algorithm>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "kit/config.h"
+#include "kit/memory.h"
+#include "model/gpt2.h"
+#include "pipeline_training/p2p.h"
+#include "pipeline_training/recompute.h"
+#include "pipeline_training/stage_model.h"
+#include "rank_roles.h"
+#include "reference_schedules.h"
+#include "run_test_util.h"
+#include "train/loop.h"
+
+namespace {
+using kit::pp::MicroBatch;
+using kit::pp::StageModule;
+
+constexpr int64_t kRcBatch = 2, kRcSeqLen = 16, kRcVocab = 64;
+constexpr uint64_t kRcSeed = 23;
+constexpr double kRcDropout = 0.1;
+
+// The tiny preset in float64 with dropout on.
+kit::GPT2 rc_model(int64_t n_layer) {
+  kit::GPT2Config cfg = kit::gpt2_preset("tiny");
+  cfg.dropout = kRcDropout;
+  cfg.n_layer = n_layer;
+  kit::GPT2 m = kit::build_model(cfg, kRcVocab, kRcSeqLen, kRcSeed);
+  m->to(torch::kFloat64);
+  return m;
+}
+
+StageModule rc_stage(const kit::GPT2& full, int64_t stage, int64_t n_stages, bool recompute) {
+  StageModule s(full, stage, n_stages);
+  s->to(torch::kFloat64);
+  s->train();
+  s->set_recompute(recompute);
+  return s;
+}
+
+MicroBatch rc_microbatch() {
+  torch::manual_seed(kRcSeed + 1);
+  const torch::Tensor t = torch::randint(kRcVocab, {kRcBatch, kRcSeqLen + 1}, torch::kInt64);
+  MicroBatch mb;
+  mb.idx = t.narrow(1, 0, kRcSeqLen).contiguous();
+  mb.labels = t.narrow(1, 1, kRcSeqLen).contiguous();
+  mb.mask = torch::ones({kRcBatch, kRcSeqLen}, torch::kFloat64);
+  return mb;
+}
+
+std::map<std::string, torch::Tensor> grads_of(const torch::nn::Module& m) {
+  std::map<std::string, torch::Tensor> out;
+  for (const auto& p : m.named_parameters())
+    out[p.key()] = p.value().grad().defined() ? p.value().grad().clone() : torch::Tensor();
+  return out;
+}
+
+// Every parameter's gradient defined and within 1e-12 of the reference's.
+void expect_same_grads(const std::map<std::string, torch::Tensor>& got, const std::map<std::string, torch::Tensor>& want,
+                       const std::string& what) {
+  ASSERT_EQ(got.size(), want.size());
+  for (const auto& [name, w] : want) {
+    const torch::Tensor& g = got.at(name);
+    ASSERT_TRUE(w.defined()) << name << " has no gradient even without recomputation";
+    ASSERT_TRUE(g.defined()) << what << ": " << name << " got no gradient with recomputation: is the block re-run "
+                             << "with gradients on (the engine runs the backward with them off: AutoGradMode(true)) "
+                             << "and its output back-propagated?";
+    EXPECT_LE((g - w).abs().max().item<double>(), 1e-12)
+        << what << ": the gradient of " << name << " differs by " << (g - w).abs().max().item<double>()
+        << " (scale " << w.abs().max().item<double>() << "): does the recomputed forward draw the forward's dropout "
+        << "masks (the generator's state saved in the forward, restored before re-running the block)?";
+  }
+}
+
+// One block (dropout inside), a fixed weighting of its output as the loss. Between the forward
+// and the backward something else draws random numbers (another micro-batch's forward), and
+// after the backward the test draws some more: those must be what they are without recompute.
+struct BlockRun {
+  torch::Tensor out, x_grad, after;
+  std::map<std::string, torch::Tensor> grads;
+};
+BlockRun run_one_block(bool with_recompute) {
+  kit::GPT2 full = rc_model(1);
+  kit::Block block(full->h->ptr<kit::BlockImpl>(0));
+  block->train();
+  torch::manual_seed(kRcSeed + 2);
+  const torch::Tensor x = torch::randn({kRcBatch, kRcSeqLen, full->config().n_embd}, torch::kFloat64).requires_grad_(true);
+  const torch::Tensor weight = torch::randn_like(x);
+  kit::BlockImpl* b = block.get();
+  const kit::pp::BlockFn fn = [b](const torch::Tensor& in) { return b->forward(in); };
+  torch::manual_seed(kRcSeed + 3);
+  const torch::Tensor y = with_recompute ? kit::pp::recompute(fn, x) : fn(x);
+  const torch::Tensor meanwhile = torch::rand({16}, torch::kFloat64);  // another forward's draws
+  (y * weight).sum().backward();
+  BlockRun r;
+  r.out = y.detach().clone();
+  r.x_grad = x.grad().defined() ? x.grad().clone() : torch::Tensor();
+  r.after = torch::rand({16}, torch::kFloat64);
+  r.grads = grads_of(*block);
+  (void)meanwhile;
+  return r;
+}
+
+TEST(Recompute, OneBlockGradientsEqualWithDropout) {
+  const BlockRun plain = run_one_block(false), rec = run_one_block(true);
+  ASSERT_EQ(rec.out.sizes(), plain.out.sizes());
+  EXPECT_LE((rec.out - plain.out).abs().max().item<double>(), 1e-12)
+      << "recompute(block, x) must return block(x), dropout masks included";
+  ASSERT_TRUE(rec.x_grad.defined()) << "the input got no gradient: backward must return the input's gradient";
+  EXPECT_LE((rec.x_grad - plain.x_grad).abs().max().item<double>(), 1e-12)
+      << "the input's gradient differs by " << (rec.x_grad - plain.x_grad).abs().max().item<double>() << " (scale "
+      << plain.x_grad.abs().max().item<double>() << "): the recomputed forward's dropout masks must be the forward's";
+  expect_same_grads(rec.grads, plain.grads, "one block");
+  EXPECT_TRUE(torch::equal(rec.after, plain.after))
+      << "the random numbers drawn after the backward differ from those without recomputation: after the "
+      << "recomputation the generator must get back the state it had before the backward restored the forward's";
+}
+
+// A whole one-stage model (stage 0 of 1: ids -> logits -> loss), two blocks.
+struct StageRun {
+  double loss = 0;
+  std::map<std::string, torch::Tensor> grads;
+};
+StageRun run_whole_stage(bool with_recompute) {
+  const kit::GPT2 full = rc_model(2);
+  StageModule stage = rc_stage(full, 0, 1, with_recompute);
+  const MicroBatch mb = rc_microbatch();
+  torch::manual_seed(kRcSeed + 4);
+  const torch::Tensor loss = stage->loss(stage->forward(mb.idx), mb);
+  loss.backward();
+  return {loss.item<double>(), grads_of(*stage)};
+}
+
+TEST(Recompute, StageLossAndGradientsEqualWithDropout) {
+  const StageRun plain = run_whole_stage(false), rec = run_whole_stage(true);
+  EXPECT_NEAR(rec.loss, plain.loss, 1e-12) << "the stage's loss changed with recomputation on";
+  expect_same_grads(rec.grads, plain.grads, "a whole stage");
+}
+
+// A middle stage (stage 1 of 3, blocks 2 and 3 of 6): the bytes its forward keeps alive.
+TEST(Recompute, StageKeepsOnlyBlockInputs) {
+  kit::memory::enable_cpu_counting();  // before the model: every buffer below is counted
+  const int64_t b = 4, T = 32;
+  const kit::GPT2 full = rc_model(6);
+  const int64_t C = full->config().n_embd;
+  const auto kept_by_forward = [&](bool with_recompute, int64_t* blocks) {
+    StageModule stage = rc_stage(full, 1, 3, with_recompute);
+    *blocks = stage->num_blocks();
+    torch::manual_seed(kRcSeed + 5);
+    {  // whatever a first forward makes once exists before the count
+      const torch::Tensor x = torch::randn({b, T, C}, torch::kFloat64).requires_grad_(true);
+      stage->forward(x);
+    }
+    const int64_t before = kit::memory::cpu_bytes_now();
+    const torch::Tensor x = torch::randn({b, T, C}, torch::kFloat64).requires_grad_(true);
+    const torch::Tensor y = stage->forward(x);
+    return kit::memory::cpu_bytes_now() - before;
+  };
+  int64_t blocks = 0;
+  const int64_t without = kept_by_forward(false, &blocks);
+  const int64_t with = kept_by_forward(true, &blocks);
+  ASSERT_EQ(blocks, 2);
+  const int64_t activation = b * T * C * 8, want = (blocks + 1) * activation, slack = blocks * 16 * 1024;
+  const std::string sizes = "; with recomputation the forward kept " + std::to_string(with) + " bytes, without " +
+                            std::to_string(without) + " (one b x T x C activation is " + std::to_string(activation) +
+                            " bytes; the input, " + std::to_string(blocks) + " block outputs: " + std::to_string(want) + ")";
+  std::cout << "kept by the forward of a middle stage" << sizes << std::endl;
+  EXPECT_GE(with, want) << "less than the input and the blocks' outputs" << sizes;
+  EXPECT_LE(with, want + slack) << "more than the blocks' inputs and the output (plus " << slack
+                                << " bytes of slack): does the forward keep a graph through the block, or anything "
+                                << "the block computes inside?" << sizes;
+  EXPECT_GE(without, 3 * want) << "without recomputation a forward keeps every block's activations" << sizes;
+}
+
+// The given counters: each block's forward runs twice with recomputation, once without.
+TEST(Recompute, EachBlockRunsTwiceWithRecomputeOnceWithout) {
+  const kit::GPT2 full = rc_model(2);
+  const MicroBatch mb = rc_microbatch();
+  for (const bool with_recompute : {false, true}) {
+    StageModule stage = rc_stage(full, 0, 1, with_recompute);
+    const int64_t n = stage->num_blocks();
+    kit::pp::reset_recompute_counters();
+    const torch::Tensor loss = stage->loss(stage->forward(mb.idx), mb);
+    const kit::pp::RecomputeCounters after_forward = kit::pp::recompute_counters();
+    loss.backward();
+    const kit::pp::RecomputeCounters c = kit::pp::recompute_counters();
+    SCOPED_TRACE(with_recompute ? "with recomputation" : "without recomputation");
+    EXPECT_EQ(after_forward.forwards, n) << "the forward must run each of the " << n << " blocks once";
+    EXPECT_EQ(c.forwards, with_recompute ? 2 * n : n)
+        << "block forwards in one forward and backward of a stage of " << n << " blocks";
+    EXPECT_EQ(c.recomputed, with_recompute ? n : 0) << "block forwards run inside the backward";
+    std::cout << (with_recompute ? "with" : "without") << " recomputation: " << c.forwards << " block forwards, "
+              << c.recomputed << " inside the backward (" << n << " blocks)" << std::endl;
+  }
+}
+
+// 1F1B on 2 processes, written out here with the given P2P and stages (not the executor of
+// Problem 3.2, so that this case grades recompute alone): the reference schedule, 3 batches
+// of 4 micro-batches, AdamW steps between them, float64, dropout 0.1, every rank drawing from
+// its own seed. Returns the last stage's batch losses and this rank's gradients after the
+// first batch.
+struct OneFOneBRun {
+  std::vector<double> losses;
+  std::map<std::string, torch::Tensor> grads;
+};
+OneFOneBRun run_two_stage_1f1b(const kit::dist::Group& group, bool with_recompute) {
+  const int64_t p = group.size(), rank = group.rank(), m = 4, rows = 8, steps = 3;
+  const kit::pp::PipelineShape shape{p, m, 1};
+  const kit::GPT2 full = rc_model(2);
+  const int64_t C = full->config().n_embd;
+  std::vector<StageModule> chunks{rc_stage(full, rank, p, with_recompute)};
+  StageModule& stage = chunks[0];
+  torch::optim::AdamW opt(stage->parameters(), torch::optim::AdamWOptions(1e-3).weight_decay(0.0));
+  kit::pp::P2P p2p(shape, rank, torch::TensorOptions().dtype(torch::kFloat64));
+  const std::vector<kit::pp::Action> schedule = pp_test::ref_all_1f1b(p, m)[static_cast<size_t>(rank)];
+  torch::manual_seed(kRcSeed + 10);  // the same batches on every rank
+  std::vector<std::vector<MicroBatch>> batches;
+  for (int64_t k = 0; k < steps; ++k) {
+    const torch::Tensor t = torch::randint(kRcVocab, {rows, kRcSeqLen + 1}, torch::kInt64);
+    batches.push_back(kit::pp::split_batch(t.narrow(1, 0, kRcSeqLen).contiguous(), t.narrow(1, 1, kRcSeqLen).contiguous(),
+                                           torch::ones({rows, kRcSeqLen}, torch::kFloat64), m));
+  }
+  torch::manual_seed(kRcSeed + 20 + static_cast<uint64_t>(rank));  // dropout: this rank's own
+  OneFOneBRun run;
+  for (int64_t k = 0; k < steps; ++k) {
+    opt.zero_grad();
+    const auto& micro = batches[static_cast<size_t>(k)];
+    std::map<int64_t, std::pair<torch::Tensor, torch::Tensor>> kept;  // micro-batch: (input, output or loss)
+    double loss = 0;
+    for (const kit::pp::Action& a : schedule) {
+      const int64_t i = a.microbatch;
+      const MicroBatch& mb = micro[static_cast<size_t>(i)];
+      const std::vector<int64_t> act{mb.idx.size(0), mb.idx.size(1), C};
+      if (a.op == kit::pp::Op::Forward) {
+        const torch::Tensor input = rank == 0 ? mb.idx : p2p.recv_activation(rank - 1, i, act).requires_grad_(true);
+        torch::Tensor out = stage->forward(input);
+        if (rank == p - 1) {
+          out = stage->loss(out, mb);
+          loss += out.item<double>();
+        } else {
+          p2p.send_activation(out.detach(), rank + 1, i);
+        }
+        kept[i] = {input, out};
+      } else {
+        const auto [input, out] = kept.at(i);
+        kept.erase(i);
+        if (rank == p - 1)
+          out.backward();
+        else
+          out.backward(p2p.recv_gradient(rank + 1, i, act));
+        if (rank > 0) p2p.send_gradient(input.grad(), rank - 1, i);
+      }
+    }
+    p2p.finish();
+    kit::pp::sum_tied_gradients(chunks, shape, rank);
+    if (k == 0) run.grads = grads_of(*stage);
+    run.losses.push_back(loss);
+    opt.step();
+  }
+  return run;
+}
+
+RANK_ROLE(recompute_1f1b) {
+  const OneFOneBRun plain = run_two_stage_1f1b(group, false), rec = run_two_stage_1f1b(group, true);
+  const std::string where = "rank " + std::to_string(group.rank()) + " of " + std::to_string(group.size());
+  for (const auto& [name, want] : plain.grads) {
+    const torch::Tensor& got = rec.grads.at(name);
+    ASSERT_TRUE(want.defined() && got.defined()) << where << ": " << name << " got no gradient";
+    EXPECT_LE((got - want).abs().max().item<double>(), 1e-9 * std::max(1.0, want.abs().max().item<double>()))
+        << where << ": the gradient of " << name << " after the first batch differs with recomputation by "
+        << (got - want).abs().max().item<double>() << " (scale " << want.abs().max().item<double>()
+        << "): the recomputed dropout masks must be the forward's, and after each recomputation the generator "
+        << "must be back where it was (rank 0 runs two forwards before its first backward)";
+  }
+  if (group.rank() != group.size() - 1) return;
+  ASSERT_EQ(rec.losses.size(), plain.losses.size());
+  for (size_t k = 0; k < plain.losses.size(); ++k)
+    EXPECT_NEAR(rec.losses[k], plain.losses[k], 1e-5 * std::abs(plain.losses[k]))
+        << "batch " << k << ": the loss with recomputation differs from the one without";
+}
+
+TEST(Recompute, OneFOneBTwoProcessesMatchWithoutRecompute) {
+  rank_test::expect_all_ranks_pass(rank_test::run_ranks(2, "recompute_1f1b", 60), 2,
+                                   "1F1B with recomputation against without (dropout 0.1)");
+}
+
+// run_pipeline_training --recompute on 2 processes against the same run without (ungraded:
+// it runs the executor of Problem 3.2 too).
+std::vector<double> program_losses(bool with_recompute) {
+  const pp_run::RunSpec spec{2, "1f1b", 4, 1, 2};
+  dp_test::TempDir dir(std::string("pp_recompute_") + (with_recompute ? "on" : "off"));
+  auto args = pp_run::program_args(spec, dir.path());
+  for (size_t i = 0; i + 1 < args.size(); ++i)
+    if (args[i] == "--dropout") args[i + 1] = std::to_string(kRcDropout);
+  pp_run::write_schedule_file(dir / "schedule.json", pp_test::ref_all_1f1b(spec.ranks, spec.microbatches));
+  args.insert(args.end(), {"--save", dir / "save", "--schedule-file", dir / "schedule.json"});
+  if (with_recompute) args.push_back("--recompute");
+  const auto r = pp_run::run_program(args, {}, dir / "run.log");
+  EXPECT_EQ(r.exitcode, 0) << pp_run::describe(r);
+  if (r.exitcode != 0) return {};
+  auto last = dp_test::load_rank_file(dir / "save/rank1.pt");
+  std::vector<double> losses;
+  for (int64_t k = 0; k < pp_run::kSteps; ++k) {
+    const std::string key = "loss/step" + std::to_string(k);
+    EXPECT_TRUE(last.count(key)) << "the last stage's rank saved no " << key;
+    if (last.count(key)) losses.push_back(last[key].item<double>());
+  }
+  return losses;
+}
+
+TEST(RecomputeRun, ProgramWithRecomputeMatchesWithout) {
+  const std::vector<double> plain = program_losses(false);
+  ASSERT_EQ(plain.size(), static_cast<size_t>(pp_run::kSteps));
+  const std::vector<double> rec = program_losses(true);
+  ASSERT_EQ(rec.size(), plain.size());
+  for (size_t k = 0; k < plain.size(); ++k)
+    EXPECT_NEAR(rec[k], plain[k], 1e-5 * std::abs(plain[k]))
+        << "step " << k << ": run_pipeline_training's loss with --recompute differs from the one without";
+}
+
+}  // namespace
+
+// The one case a rank process runs (tests/rank_roles.h).
+RANK_ROLE_MAIN
