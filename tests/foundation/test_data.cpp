@@ -49,8 +49,8 @@ void write_text(const std::string& path, const std::string& text) {
   out << text;
 }
 
-// Runs f, expects a kit::Error, returns its message. Not kit_test::error_of (tests/error_of.h,
-// in this unity batch through the checkpoint tests): this one also reports any other exception.
+// Runs f, expects a kit::Error, returns its message. Not kit_test::error_of (tests/error_of.h):
+// this one also reports any other exception.
 template <class F>
 std::string kit_error_message_of(F&& f) {
   try {
