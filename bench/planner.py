@@ -230,7 +230,8 @@ def predict(args, record, settings, description):
          "--n-layer", str(record["n_layer"]), "--n-embd", str(record["n_embd"]), "--n-head", str(record["n_head"]),
          "--vocab-size", str(settings["vocab_size"]), "--batch", str(settings["batch_size"]),
          "--seq-len", str(settings["seq_len"]), "--micro-batches", str(settings["chunks"]),
-         "--schedules", settings["schedule"], "--grids", f"{d},{p},{t}", "--even", "--keep-infeasible",
+         "--schedules", settings["schedule"], "--recompute", "on" if settings.get("recompute") else "off",
+         "--grids", f"{d},{p},{t}", "--even", "--keep-infeasible",
          "--top", "1", "--json", path], args.timeout, TARGETS)
     strategies = json.load(open(path))["strategies"]
     if not strategies:

@@ -24,11 +24,12 @@ double p2p_seconds(double bytes, const Link& link) {
 }
 
 double compute_seconds(const ModelSpec& model, int64_t first, int64_t last, double tokens, int64_t tp,
-                       const DeviceType& device) {
+                       const DeviceType& device, bool recompute) {
   // BEGIN SOLUTION 8.1 compute_seconds
   double flops = 0;
   for (int64_t i = first; i < last; ++i) flops += model.layers.at(static_cast<size_t>(i)).flops_per_token;
-  return 3.0 * flops * tokens / static_cast<double>(tp) / device.flops;
+  const double passes = recompute ? 4.0 : 3.0;  // forward, backward (2x), and the forward again
+  return passes * flops * tokens / static_cast<double>(tp) / device.flops;
   // END SOLUTION
 }
 
@@ -96,10 +97,19 @@ Memory memory_per_rank(const ModelSpec& model, int64_t first, int64_t last, doub
   mem.parameters = model.param_bytes(first, last) / t;
   mem.gradients = s.zero_stage >= 2 ? mem.parameters / d : mem.parameters;
   mem.optimizer = 2 * mem.parameters / (s.zero_stage >= 1 ? d : 1.0);
-  double per_token = 0;
-  for (int64_t i = first; i < last; ++i) per_token += model.layers.at(static_cast<size_t>(i)).activation_bytes_per_token;
+  double per_token = 0, largest = 0;
+  for (int64_t i = first; i < last; ++i) {
+    const Layer& l = model.layers.at(static_cast<size_t>(i));
+    if (!s.recompute) {
+      per_token += l.activation_bytes_per_token;
+    } else {
+      if (i > 0) per_token += model.layers.at(static_cast<size_t>(i - 1)).output_bytes_per_token;  // its input
+      largest = std::max(largest, l.activation_bytes_per_token);
+    }
+  }
   mem.activations = per_token * tokens_per_micro_batch / t *
                     static_cast<double>(in_flight_micro_batches(stage, s.pp, m, s.schedule, s.chunks));
+  mem.activations += largest * tokens_per_micro_batch / t;  // the layer being recomputed (0 without)
   return mem;
   // END SOLUTION
 }

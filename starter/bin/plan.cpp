@@ -5,6 +5,7 @@
 //   ./build/plan --cluster runs/planner/this_machine.json --model cpu-small --batch 16 --seq-len 128 \
 //                --grids "4,1,1 2,2,1 1,1,4" --micro-batches 4 --even      # predict given grids only
 //   ./build/plan --cluster my.json --model layers.json --schedules 1f1b,gpipe,interleaved --zero 0,1,2
+//   ./build/plan --cluster my.json --model gpt2 --recompute off      # never recompute activations
 //
 // Options: --help. Formats: planner/cluster.h (cluster), planner/model_spec.h (--model layers).
 #include <CLI/CLI.hpp>
@@ -25,7 +26,8 @@ namespace pl = kit::planner;
 namespace {
 
 struct Options {
-  std::string cluster, model = "cpu-small", json_out, grids, schedules = "1f1b", zero = "0", micro_batch_sizes;
+  std::string cluster, model = "cpu-small", json_out, grids, schedules = "1f1b", zero = "0", micro_batch_sizes,
+              recompute = "off,on";
   int64_t batch = 16, seq_len = 128, top = 10, chunks = 2, micro_batches = 0;
   pl::Shape shape;
   bool even = false, keep_infeasible = false, variants = false;
@@ -59,6 +61,12 @@ pl::SearchOptions search_options(const Options& o) {
     if (stage > 2) throw kit::Error("--zero: stage " + z + " is not modelled; use 0, 1 or 2");
     s.zero_stages.push_back(static_cast<int>(stage));
   }
+  s.recompute.clear();
+  for (const auto& r : split(o.recompute, ',')) {
+    if (r != "off" && r != "on") throw kit::Error("--recompute: \"" + r + "\" is not off or on");
+    s.recompute.push_back(r == "on");
+  }
+  if (s.recompute.empty()) throw kit::Error("--recompute: give off, on or off,on");
   for (const auto& mb : split(o.micro_batch_sizes, ','))
     s.micro_batch_sizes.push_back(whole(mb, "--micro-batch-sizes"));
   s.micro_batches = o.micro_batches;
@@ -110,6 +118,10 @@ int main(int argc, char** argv) {
   app.add_option("--chunks", o.chunks, "Model chunks per rank v of the interleaved schedule")
       ->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--zero", o.zero, "ZeRO stages to consider (comma list of 0, 1, 2)")->capture_default_str();
+  app.add_option("--recompute", o.recompute,
+                 "Activation recomputation (Problem 6.3) to consider: off, on, or off,on (both; \" rc\" in a "
+                 "strategy's label when on)")
+      ->capture_default_str();
   app.add_option("--micro-batch-sizes", o.micro_batch_sizes,
                  "Micro-batch sizes (sequences) to consider, comma list (default: every divisor)");
   app.add_option("--micro-batches", o.micro_batches,
@@ -119,7 +131,8 @@ int main(int argc, char** argv) {
   app.add_flag("--even", o.even, "Split the layers as the kit's pipelines do instead of by the partition DP");
   app.add_flag("--keep-infeasible", o.keep_infeasible, "List the strategies that do not fit in memory too");
   app.add_flag("--variants", o.variants,
-               "List every micro-batch size, schedule and ZeRO stage of a (d, p, t), not only its best");
+               "List every micro-batch size, schedule, ZeRO stage and recomputation choice of a (d, p, t), "
+               "not only its best");
   app.add_option("--top", o.top, "How many to print (0: all)")->capture_default_str()->check(zero_or_more);
   app.add_option("--json", o.json_out, "Also write them (and the cluster) to this JSON file");
   try {
@@ -143,8 +156,8 @@ int run(const Options& o) {
   const pl::ModelSpec model = pl::read_model(o.model, o.seq_len, o.shape);
   const pl::Workload work{o.batch, o.seq_len};
   std::vector<pl::Cost> costs;
-  // By default the best of each (d, p, t): its micro-batch size, schedule and ZeRO variants
-  // often cost the same and would fill the table.
+  // By default the best of each (d, p, t): its micro-batch size, schedule, ZeRO and
+  // recomputation variants often cost the same and would fill the table.
   std::set<std::tuple<int64_t, int64_t, int64_t>> seen;
   for (auto& c : pl::search(cluster, model, work, search_options(o)))
     if (wanted(c.strategy, o.grids) && (o.variants || seen.insert({c.strategy.dp, c.strategy.pp, c.strategy.tp}).second))
@@ -156,7 +169,8 @@ int run(const Options& o) {
             << (o.keep_infeasible ? "" : " that fit") << ", the best " << costs.size() << ":\n";
   if (costs.empty())
     std::cout << "none: no strategy " << (o.grids.empty() ? "" : "of --grids ") << "fits in the devices' memory with "
-              << "these options; try ZeRO (--zero 0,1,2), smaller micro-batches, or --keep-infeasible to see why\n";
+              << "these options; try ZeRO (--zero 0,1,2), recomputation (--recompute off,on), smaller "
+              << "micro-batches, or --keep-infeasible to see why\n";
   else
     pl::print_cost_table(costs, std::cout);
   if (!o.json_out.empty()) pl::write_costs_json(o.json_out, cluster, o.model, o.batch, o.seq_len, costs);

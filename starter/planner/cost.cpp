@@ -20,7 +20,7 @@ double p2p_seconds(double bytes, const Link& link) {
 }
 
 double compute_seconds(const ModelSpec& model, int64_t first, int64_t last, double tokens, int64_t tp,
-                       const DeviceType& device) {
+                       const DeviceType& device, bool recompute) {
   // TODO(Problem 8.1 compute_seconds): your code here.
   throw kit::NotImplemented("Problem 8.1 compute_seconds");
 }

@@ -26,8 +26,10 @@ double p2p_seconds(double bytes, const Link& link);
 
 // Forward and backward of layers [first, last) for `tokens` tokens, the work split t ways by
 // tensor parallelism, on `device`: 3 x forward FLOPs (backward is twice forward) / t / FLOP/s.
+// With activation recomputation (Problem 6.3) the backward runs each layer's forward again
+// first: 4 x forward FLOPs / t / FLOP/s (a third more).
 double compute_seconds(const ModelSpec& model, int64_t first, int64_t last, double tokens, int64_t tp,
-                       const DeviceType& device);
+                       const DeviceType& device, bool recompute = false);
 
 // The tensor-parallel all-reduces of layers [first, last) for one micro-batch of `tokens`
 // tokens: each layer's tp_all_reduces ring all-reduces of its output (output_bytes_per_token
@@ -56,8 +58,14 @@ int64_t in_flight_micro_batches(int64_t stage, int64_t p, int64_t m, Schedule sc
 
 // What one rank of a stage holds (bytes). Parameters: the stage's layers / t. Gradients: as
 // many (/ dp with ZeRO stage 2). AdamW's two moments: 2 x the parameters (/ dp with ZeRO 1 or
-// 2). Activations: the layers' activation_bytes_per_token x tokens per micro-batch / t, times
-// the micro-batches in flight.
+// 2). Activations (tokens: tokens_per_micro_batch; everything / t):
+//   s.recompute off: the layers' activation_bytes_per_token x tokens, times the micro-batches
+//                    in flight;
+//   s.recompute on:  only each layer's input is kept: the output_bytes_per_token of the layer
+//                    before it (layer 0's input, the token ids: 0) x tokens, summed over the
+//                    stage's layers, times the micro-batches in flight; plus, once, the
+//                    activation_bytes_per_token x tokens of the stage's largest layer (the one
+//                    whose forward runs again in the backward holds all of its activations).
 struct Memory {
   double parameters = 0, gradients = 0, optimizer = 0, activations = 0;
   double total() const { return parameters + gradients + optimizer + activations; }

@@ -55,17 +55,19 @@ std::vector<int64_t> divisors(int64_t n) {
 }
 
 // The time the busiest node whose devices share processors needs for the step's FLOPs at its
-// shared_flops: every rank's forward and backward (3 x forward FLOPs) of its stage's layers for
-// all its tokens, split t ways. 0 when no node shares.
+// shared_flops: every rank's forward and backward (3 x forward FLOPs; 4 x with recomputation:
+// the forward runs again) of its stage's layers for all its tokens, split t ways. 0 when no
+// node shares.
 double shared_node_seconds(const Cluster& cluster, const ModelSpec& model, const Strategy& s,
                            const std::vector<int64_t>& bounds, double tokens_per_step) {
   std::vector<double> flops(cluster.nodes.size(), 0.0);
+  const double passes = s.recompute ? 4 : 3;
   for (int64_t j = 0; j < s.pp; ++j) {
     double per_token = 0;
     for (int64_t i = bounds[static_cast<size_t>(j)]; i < bounds[static_cast<size_t>(j + 1)]; ++i)
       per_token += model.layers[static_cast<size_t>(i)].flops_per_token;
     for (const int64_t r : stage_ranks(s, j))
-      flops[static_cast<size_t>(cluster.node_of(r))] += 3 * per_token * tokens_per_step / static_cast<double>(s.tp);
+      flops[static_cast<size_t>(cluster.node_of(r))] += passes * per_token * tokens_per_step / static_cast<double>(s.tp);
   }
   double slowest = 0;
   for (size_t k = 0; k < cluster.nodes.size(); ++k)
@@ -100,7 +102,7 @@ std::vector<int64_t> balanced_partition(const Cluster& cluster, const ModelSpec&
     const DeviceType& device = slowest_device(cluster, stage_ranks(s, j));
     for (int64_t i = 0; i < n; ++i)
       seconds[static_cast<size_t>(j)][static_cast<size_t>(i)] =
-          compute_seconds(model, i, i + 1, tokens, s.tp, device) +
+          compute_seconds(model, i, i + 1, tokens, s.tp, device, s.recompute) +
           stage_tensor_seconds(cluster, model, s, j, i, i + 1, tokens);
   }
   return partition_layers(seconds);
@@ -124,7 +126,8 @@ Cost strategy_cost(const Cluster& cluster, const ModelSpec& model, const Workloa
   for (int64_t j = 0; j < s.pp; ++j) {
     const int64_t first = b[static_cast<size_t>(j)], last = b[static_cast<size_t>(j + 1)];
     const std::vector<int64_t> ranks = stage_ranks(s, j);
-    const double compute = compute_seconds(model, first, last, tokens, s.tp, slowest_device(cluster, ranks));
+    const double compute = compute_seconds(model, first, last, tokens, s.tp, slowest_device(cluster, ranks),
+                                           s.recompute);
     const double tensor = stage_tensor_seconds(cluster, model, s, j, first, last, tokens);
     // The activation goes forward and its gradient comes back: two sends of the same size.
     const double p2p = j + 1 < s.pp ? 2 * p2p_seconds(model.layers[static_cast<size_t>(last - 1)].output_bytes_per_token *
@@ -168,29 +171,34 @@ std::vector<Cost> search(const Cluster& cluster, const ModelSpec& model, const W
       const std::vector<int64_t> sizes =
           o.micro_batch_sizes.empty() ? divisors(work.global_batch / dp) : o.micro_batch_sizes;
       for (const int64_t mb : sizes) {
-        // The layers' split depends on (d, p, t) and the micro-batch size only: found once, for
-        // every schedule and ZeRO stage below.
-        std::vector<int64_t> layers_per_stage;
+        // The layers' split depends on (d, p, t), the micro-batch size and recomputation only
+        // (a layer's compute is 4/3 as long with it, its all-reduces are not): found once for
+        // each, for every schedule and ZeRO stage below.
+        std::vector<int64_t> layers_per_stage[2];
         for (const Schedule sched : o.schedules)
-          for (const int zero : o.zero_stages) {
-            Strategy s;
-            s.dp = dp, s.pp = pp, s.tp = tp, s.micro_batch = mb, s.schedule = sched, s.zero_stage = zero;
-            if (work.global_batch % (dp * mb) != 0 || (zero > 0 && dp == 1)) continue;
-            const int64_t m = work.global_batch / (dp * mb);
-            if (o.micro_batches > 0 && m != o.micro_batches) continue;
-            if (sched == Schedule::interleaved) {
-              s.chunks = o.interleaved_chunks;
-              if (pp == 1 || m % pp != 0 || pp * s.chunks > layers) continue;  // Megatron's conditions
-            } else if (sched == Schedule::gpipe && pp == 1 &&
-                       std::find(o.schedules.begin(), o.schedules.end(), Schedule::one_f_one_b) != o.schedules.end()) {
-              continue;  // one stage: GPipe is 1F1B with more memory
+          for (const int zero : o.zero_stages)
+            for (const bool recompute : o.recompute) {
+              Strategy s;
+              s.dp = dp, s.pp = pp, s.tp = tp, s.micro_batch = mb, s.schedule = sched, s.zero_stage = zero;
+              s.recompute = recompute;
+              if (work.global_batch % (dp * mb) != 0 || (zero > 0 && dp == 1)) continue;
+              const int64_t m = work.global_batch / (dp * mb);
+              if (o.micro_batches > 0 && m != o.micro_batches) continue;
+              if (sched == Schedule::interleaved) {
+                s.chunks = o.interleaved_chunks;
+                if (pp == 1 || m % pp != 0 || pp * s.chunks > layers) continue;  // Megatron's conditions
+              } else if (sched == Schedule::gpipe && pp == 1 &&
+                         std::find(o.schedules.begin(), o.schedules.end(), Schedule::one_f_one_b) !=
+                             o.schedules.end()) {
+                continue;  // one stage: GPipe is 1F1B with more memory
+              }
+              std::vector<int64_t>& split = layers_per_stage[recompute ? 1 : 0];
+              if (split.empty())
+                split = o.even ? even_partition(model, pp) : balanced_partition(cluster, model, work, s);
+              s.layers_per_stage = split;
+              Cost c = strategy_cost(cluster, model, work, s);
+              if (c.fits || o.keep_infeasible) out.push_back(std::move(c));
             }
-            if (layers_per_stage.empty())
-              layers_per_stage = o.even ? even_partition(model, pp) : balanced_partition(cluster, model, work, s);
-            s.layers_per_stage = layers_per_stage;
-            Cost c = strategy_cost(cluster, model, work, s);
-            if (c.fits || o.keep_infeasible) out.push_back(std::move(c));
-          }
       }
     }
   // Fastest first; among equal times (the micro-batch size often does not change it), the one
@@ -213,6 +221,7 @@ nlohmann::json to_json(const Cost& c) {
           {"schedule", schedule_name(s.schedule)},
           {"chunks", s.chunks},
           {"zero_stage", s.zero_stage},
+          {"recompute", s.recompute},
           {"layers_per_stage", s.layers_per_stage},
           {"stage_seconds", c.stage_seconds},
           {"compute_s", c.compute},

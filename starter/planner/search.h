@@ -12,7 +12,8 @@
 //
 // search: every dp x pp x tp = the cluster's devices (t dividing the model's heads, at most one
 // stage per layer), every micro-batch size that divides the batch, every schedule and ZeRO
-// stage asked for; layers split by partition_layers (Problem 8.2) on each stage's own costs, or
+// stage asked for, each without and with activation recomputation (Strategy::recompute: compute
+// and memory as cost.h says; the shared-node bound counts 4 x forward FLOPs with it); layers split by partition_layers (Problem 8.2) on each stage's own costs, or
 // evenly as the kit's pipelines split them. Strategies that do not fit are left out (kept,
 // marked, with keep_infeasible). Sorted by predicted step time.
 #pragma once
@@ -57,6 +58,7 @@ struct SearchOptions {
   std::vector<int64_t> micro_batch_sizes;  // empty: every divisor of the batch per replica
   int64_t micro_batches = 0;               // > 0: only the micro-batch size that gives m this
   std::vector<int> zero_stages{0};
+  std::vector<bool> recompute{false, true};  // activation recomputation off, on, or both
   int64_t interleaved_chunks = 2;          // v for the interleaved schedule
   bool even = false;                       // even_partition instead of partition_layers
   bool keep_infeasible = false;

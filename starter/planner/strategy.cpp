@@ -25,6 +25,7 @@ std::string Strategy::label() const {
                   " mb=" + std::to_string(micro_batch) + " " + schedule_name(schedule);
   if (schedule == Schedule::interleaved) l += " v=" + std::to_string(chunks);
   if (zero_stage > 0) l += " zero" + std::to_string(zero_stage);
+  if (recompute) l += " rc";
   return l;
 }
 

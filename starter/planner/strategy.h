@@ -22,10 +22,12 @@ struct Strategy {
   Schedule schedule = Schedule::one_f_one_b;
   int64_t chunks = 1;       // model chunks per rank (interleaved only: Megatron's v)
   int zero_stage = 0;       // 0: plain data parallel; 1: optimizer state sharded; 2: and gradients
+  bool recompute = false;   // activation recomputation (Problem 6.3): a stage keeps only each
+                            // layer's input and runs the forward again in the backward
   std::vector<int64_t> layers_per_stage;  // pp entries, each 1 or more
 
   int64_t world() const { return dp * pp * tp; }
-  std::string label() const;  // "d=2 p=2 t=1 mb=4 1f1b"
+  std::string label() const;  // "d=2 p=2 t=1 mb=4 1f1b", then " v=2", " zero1", " rc" as set
 };
 
 // Micro-batches m each replica runs per step: global_batch / (dp * micro_batch); kit::Error

@@ -14,4 +14,17 @@ inline kit::planner::ModelSpec two_layers(double scale = 1) {
   return m;
 }
 
+// Three layers for activation recomputation, every number round (bytes per token, fp32):
+//           forward FLOPs  parameters  activations kept  output (the next layer's input)
+//   e       1e9            100         20                8
+//   f       2e9            200         50                4
+//   g       3e9            300         40                2
+// No tensor-parallel all-reduces, so t only divides the work and the memory.
+inline kit::planner::ModelSpec three_layers() {
+  kit::planner::ModelSpec m;
+  m.name = "three";
+  m.layers = {{"e", 1e9, 100, 20, 8, 0}, {"f", 2e9, 200, 50, 4, 0}, {"g", 3e9, 300, 40, 2, 0}};
+  return m;
+}
+
 }  // namespace planner_test

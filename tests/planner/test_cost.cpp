@@ -165,3 +165,50 @@ TEST(PlannerCost, MemoryOfALaterLayerOnFourTensorRanksInterleaved) {
   EXPECT_DOUBLE_EQ(mem.optimizer, 37.5);
   EXPECT_DOUBLE_EQ(mem.activations, 360);  // data parallelism keeps the activations per rank
 }
+
+TEST(PlannerCost, ComputeWithRecomputationIsFourForwards) {
+  // Recomputation runs the forward once more in the backward: 4 x forward FLOPs, not 3.
+  const pl::ModelSpec m = planner_test::three_layers();  // 1e9 + 2e9 + 3e9 = 6e9 FLOPs per token
+  const pl::DeviceType dev{1e12, 1e9};
+  EXPECT_NEAR(pl::compute_seconds(m, 0, 3, 10, 1, dev), 3 * 6e9 * 10 / 1e12, 1e-12);         // 0.18 s
+  EXPECT_NEAR(pl::compute_seconds(m, 0, 3, 10, 1, dev, false), 0.18, 1e-12);                 // the default
+  EXPECT_NEAR(pl::compute_seconds(m, 0, 3, 10, 1, dev, true), 4 * 6e9 * 10 / 1e12, 1e-12);   // 0.24 s
+  EXPECT_NEAR(pl::compute_seconds(m, 0, 3, 10, 2, dev, true), 0.12, 1e-12);                  // split t = 2
+  EXPECT_NEAR(pl::compute_seconds(m, 1, 3, 10, 1, dev, true), 4 * 5e9 * 10 / 1e12, 1e-12);   // f, g: 0.2 s
+  EXPECT_NEAR(pl::compute_seconds(m, 2, 3, 100, 4, dev, true), 4 * 3e9 * 100 / 4 / 1e12, 1e-12);  // 0.3 s
+}
+
+TEST(PlannerCost, MemoryWithRecomputationKeepsTheInputsAndOneLayer) {
+  // 10 tokens per micro-batch; p = 2, 1F1B, m = 4: stage 0 holds min(2 - 0, 4) = 2 micro-batches
+  // in flight, stage 1 holds 1.
+  const pl::ModelSpec m = planner_test::three_layers();
+  pl::Strategy s;
+  s.dp = 1, s.pp = 2, s.tp = 1, s.schedule = pl::Schedule::one_f_one_b;
+  // Without recomputation, all three layers on stage 0: (20 + 50 + 40) x 10 x 2 = 2200.
+  pl::Memory off = pl::memory_per_rank(m, 0, 3, 10, s, 0, 4);
+  EXPECT_DOUBLE_EQ(off.activations, 2200);
+  s.recompute = true;
+  pl::Memory on = pl::memory_per_rank(m, 0, 3, 10, s, 0, 4);
+  // With it: each layer's input, the output of the layer before (e's input, the tokens: 0):
+  // (0 + 8 + 4) x 10 x 2 micro-batches = 240; plus f's whole 50 x 10 = 500 once (the largest
+  // layer, run again in the backward): 740.
+  EXPECT_DOUBLE_EQ(on.activations, 740);
+  // Parameters, gradients and moments do not change: 600, 600, 1200.
+  EXPECT_DOUBLE_EQ(on.parameters, 600);
+  EXPECT_DOUBLE_EQ(on.gradients, 600);
+  EXPECT_DOUBLE_EQ(on.optimizer, 1200);
+  EXPECT_DOUBLE_EQ(on.total(), 3140);
+  EXPECT_DOUBLE_EQ(off.total(), 4600);
+  // Layers f and g on stage 1 (1 in flight): inputs (8 + 4) x 10 = 120, plus f's 500: 620
+  // (without: (50 + 40) x 10 = 900). f's input is e's output though e is on another stage.
+  EXPECT_DOUBLE_EQ(pl::memory_per_rank(m, 1, 3, 10, s, 1, 4).activations, 620);
+  // Layer g alone on stage 0, t = 2: input 4 x 10 / 2 x 2 = 40, plus g's 40 x 10 / 2 = 200: 240
+  // (without: 40 x 10 / 2 x 2 = 400).
+  s.tp = 2;
+  EXPECT_DOUBLE_EQ(pl::memory_per_rank(m, 2, 3, 10, s, 0, 4).activations, 240);
+  s.recompute = false;
+  EXPECT_DOUBLE_EQ(pl::memory_per_rank(m, 2, 3, 10, s, 0, 4).activations, 400);
+  // GPipe keeps all m = 4 inputs: layers e, f, g, t = 1: 12 x 10 x 4 + 500 = 980.
+  s.tp = 1, s.schedule = pl::Schedule::gpipe, s.recompute = true;
+  EXPECT_DOUBLE_EQ(pl::memory_per_rank(m, 0, 3, 10, s, 0, 4).activations, 980);
+}

@@ -123,6 +123,82 @@ TEST(PlannerSearch, SharedProcessorsBoundTheStep) {
   EXPECT_NEAR(both.shared, step_flops / 1e12, 1e-12);  // 0.48 s: twice one rank's 0.24 s
   EXPECT_NEAR(both.pipeline, both.shared, 1e-12);
   EXPECT_NEAR(both.total, both.shared + alone.data, 1e-12);
+  // With recomputation each rank's forward runs again: 4 x forward FLOPs.
+  s.recompute = true;
+  EXPECT_NEAR(pl::strategy_cost(shared, two_layers(), {4, 10}, s).shared, 4 * 4e9 * 40 / 1e12, 1e-12);  // 0.64 s
   j["nodes"][0]["shared_flops"] = -1;
   EXPECT_THROW(pl::cluster_from_json(j), kit::Error);
+}
+
+// The three layers of planner_test_util.h on two devices (1e12 FLOP/s each), a batch of 2
+// sequences of 10 tokens, micro-batches of 1 sequence, layers split evenly. Per rank (bytes),
+// without / with recomputation (parameters + gradients + moments = 4 x the parameters / t):
+//   d=2 p=1 t=1 (m = 1): 2400 + 110 x 10 = 3500      / 2400 + 12 x 10 + 500 = 3020
+//   d=1 p=2 t=1 (m = 2, layers {2, 1}): stage 0 1200 + 70 x 10 x 2 = 2600
+//                                      / 1200 + 8 x 10 x 2 + 500 = 1860 (stage 1: 1600 / 1640)
+//   d=1 p=1 t=2 (m = 2, 1 in flight): 1200 + 110 x 10 / 2 = 1750  / 1200 + (120 + 500) / 2 = 1510
+// Step times: d=1 p=1 t=2 computes 6e9 x 10 / 2 per micro-batch, twice: 3 x that = 0.18 s,
+// 4 x that = 0.24 s with recomputation; d=2 p=1 t=1 adds a 600-byte all-reduce to 0.18 s.
+namespace {
+
+pl::Cluster recompute_pair(double memory_bytes) {
+  nlohmann::json j = nlohmann::json::parse(R"({"name": "pair",
+      "device_types": {"X": {"flops": 1e12, "memory_bytes": 1}},
+      "nodes": [{"device_type": "X", "devices": 2}],
+      "intra_node": {"bandwidth": 1e9, "latency": 1e-5},
+      "inter_node": {"bandwidth": 1e8, "latency": 1e-4}})");
+  j["device_types"]["X"]["memory_bytes"] = memory_bytes;
+  return pl::cluster_from_json(j);
+}
+
+pl::SearchOptions recompute_search_options() {
+  pl::SearchOptions o;
+  o.micro_batch_sizes = {1};
+  o.even = true;  // no partition_layers (Problem 8.2) needed
+  return o;
+}
+
+}  // namespace
+
+TEST(PlannerSearch, PicksRecomputationWhenOnlyItFits) {
+  // 1600 bytes per device: no strategy fits without recomputation (the least needs 1750), one
+  // does with it (d=1 p=1 t=2: 1510).
+  const pl::ModelSpec m = planner_test::three_layers();
+  const auto fit = pl::search(recompute_pair(1600), m, {2, 10}, recompute_search_options());
+  ASSERT_FALSE(fit.empty()) << "d=1 p=1 t=2 with recomputation needs 1510 bytes of the 1600";
+  const pl::Cost& best = fit.front();
+  EXPECT_TRUE(best.strategy.recompute) << best.strategy.label();
+  EXPECT_EQ(best.strategy.tp, 2) << best.strategy.label();
+  EXPECT_DOUBLE_EQ(best.memory.total(), 1510);
+  EXPECT_NEAR(best.total, 2 * 4 * 6e9 * 10 / 2 / 1e12, 1e-12);  // 0.24 s
+  EXPECT_EQ(best.strategy.label(), "d=1 p=1 t=2 mb=1 1f1b rc");
+  EXPECT_EQ(pl::to_json(best).at("recompute"), true);
+  for (const auto& x : fit) EXPECT_TRUE(x.strategy.recompute) << x.strategy.label() << " fits without it";
+  // Recomputation off only: nothing fits.
+  pl::SearchOptions off = recompute_search_options();
+  off.recompute = {false};
+  EXPECT_TRUE(pl::search(recompute_pair(1600), m, {2, 10}, off).empty());
+}
+
+TEST(PlannerSearch, LeavesRecomputationOffWhenMemoryIsAmple) {
+  // Everything fits: recomputation only costs a forward more, so the best leaves it off.
+  const pl::ModelSpec m = planner_test::three_layers();
+  const auto all = pl::search(recompute_pair(1e9), m, {2, 10}, recompute_search_options());
+  ASSERT_FALSE(all.empty());
+  const pl::Cost& best = all.front();
+  EXPECT_FALSE(best.strategy.recompute) << best.strategy.label();
+  EXPECT_EQ(best.strategy.tp, 2) << best.strategy.label();
+  EXPECT_NEAR(best.total, 2 * 3 * 6e9 * 10 / 2 / 1e12, 1e-12);  // 0.18 s
+  EXPECT_DOUBLE_EQ(best.memory.total(), 1750);
+  EXPECT_EQ(pl::to_json(best).at("recompute"), false);
+  // The same strategy with recomputation is there too: a third slower, 240 bytes smaller.
+  bool found = false;
+  for (const auto& x : all)
+    if (x.strategy.recompute && x.strategy.dp == 1 && x.strategy.pp == 1 && x.strategy.tp == 2) {
+      found = true;
+      EXPECT_NEAR(x.total, 0.24, 1e-12);
+      EXPECT_DOUBLE_EQ(x.memory.total(), 1510);
+      EXPECT_GT(x.total, best.total);
+    }
+  EXPECT_TRUE(found) << "the search should try every strategy with recomputation on too";
 }
