@@ -113,3 +113,53 @@ def table_head(header, align):
 def checks_lines(checks):
     """The checks as summary.md ends them: one line each, then a blank line."""
     return [f"{c['name']}: {c['value']} (goal: {c['goal']}) **{c['status']}**" for c in checks] + [""]
+
+
+def ranks(values):
+    """1-based ranks, smallest first, ties sharing their average rank."""
+    order = sorted(range(len(values)), key=lambda i: values[i])
+    out = [0.0] * len(values)
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
+            j += 1
+        for k in range(i, j + 1):
+            out[order[k]] = (i + j) / 2 + 1
+        i = j + 1
+    return out
+
+
+def spearman(xs, ys):
+    """Spearman's rank correlation: Pearson's correlation of the ranks (ties: average ranks);
+    None with fewer than 2 values or either side all tied."""
+    if len(xs) < 2:
+        return None
+    rx, ry = ranks(xs), ranks(ys)
+    mx, my = sum(rx) / len(rx), sum(ry) / len(ry)
+    sxy = sum((a - mx) * (b - my) for a, b in zip(rx, ry))
+    sxx, syy = sum((a - mx) ** 2 for a in rx), sum((b - my) ** 2 for b in ry)
+    return sxy / (sxx * syy) ** 0.5 if sxx > 0 and syy > 0 else None
+
+
+def kendall_tau(xs, ys):
+    """Kendall's tau-b: (concordant - discordant pairs) / sqrt((n0 - ties in xs) (n0 - ties in
+    ys)), n0 = n (n - 1) / 2 pairs (a pair tied on both sides counts in both ties); None with
+    fewer than 2 values or either side all tied."""
+    n = len(xs)
+    if n < 2:
+        return None
+    concordant = discordant = tied_x = tied_y = 0
+    for i in range(n):
+        for j in range(i + 1, n):
+            dx = (xs[i] > xs[j]) - (xs[i] < xs[j])
+            dy = (ys[i] > ys[j]) - (ys[i] < ys[j])
+            tied_x += dx == 0
+            tied_y += dy == 0
+            if dx * dy > 0:
+                concordant += 1
+            elif dx * dy < 0:
+                discordant += 1
+    pairs = n * (n - 1) // 2
+    denominator = ((pairs - tied_x) * (pairs - tied_y)) ** 0.5
+    return (concordant - discordant) / denominator if denominator > 0 else None
