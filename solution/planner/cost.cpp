@@ -26,10 +26,12 @@ double p2p_seconds(double bytes, const Link& link) {
 double compute_seconds(const ModelSpec& model, int64_t first, int64_t last, double tokens, int64_t tp,
                        const DeviceType& device, bool recompute) {
   // BEGIN SOLUTION 8.1 compute_seconds
-  double flops = 0;
-  for (int64_t i = first; i < last; ++i) flops += model.layers.at(static_cast<size_t>(i)).flops_per_token;
-  const double passes = recompute ? 4.0 : 3.0;  // forward, backward (2x), and the forward again
-  return passes * flops * tokens / static_cast<double>(tp) / device.flops;
+  double seconds = 0;
+  for (int64_t i = first; i < last; ++i) {
+    const LayerSeconds s = layer_seconds(model.layers.at(static_cast<size_t>(i)), tokens, tp, device);
+    seconds += s.forward + s.backward + (recompute ? s.forward : 0.0);  // the forward again, in the backward
+  }
+  return seconds;
   // END SOLUTION
 }
 

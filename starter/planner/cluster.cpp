@@ -5,6 +5,7 @@
 
 #include "kit/errors.h"
 #include "planner/json_fields.h"
+#include "planner/profile.h"
 
 namespace kit::planner {
 
@@ -59,7 +60,7 @@ const Link& Cluster::link_of(const std::vector<int64_t>& ranks) const {
   return intra_node;
 }
 
-Cluster cluster_from_json(const json& j, const std::string& where) {
+Cluster cluster_from_json(const json& j, const std::string& where, const std::string& dir) {
   Cluster c;
   const json& name = cluster_field(j, "name", where);
   if (!name.is_string()) throw Error(where + ".name is not a string");
@@ -68,7 +69,14 @@ Cluster cluster_from_json(const json& j, const std::string& where) {
   if (!types.is_object() || types.empty()) throw Error(where + ".device_types must map at least one name to a device");
   for (const auto& [type, d] : types.items()) {
     const std::string at = where + ".device_types." + type;
-    c.device_types[type] = {positive(d, "flops", at), positive(d, "memory_bytes", at)};
+    DeviceType& device = c.device_types[type] = {positive(d, "flops", at), positive(d, "memory_bytes", at), nullptr};
+    if (d.contains("profile")) {
+      if (!d["profile"].is_string() || d["profile"].get<std::string>().empty())
+        throw Error(at + ".profile must be the path of a layer profile (planner/profile.h), e.g. \"profile.json\"");
+      std::string path = d["profile"].get<std::string>();
+      if (path.front() != '/' && !dir.empty()) path = dir + "/" + path;
+      device.profile = std::make_shared<const LayerProfile>(read_profile(path));
+    }
   }
   const json& nodes = cluster_field(j, "nodes", where);
   if (!nodes.is_array() || nodes.empty()) throw Error(where + ".nodes must be a list of at least one node");
@@ -87,11 +95,17 @@ Cluster cluster_from_json(const json& j, const std::string& where) {
   return c;
 }
 
-Cluster read_cluster(const std::string& path) { return cluster_from_json(read_json_file(path, "cluster"), path); }
+Cluster read_cluster(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  return cluster_from_json(read_json_file(path, "cluster"), path, slash == std::string::npos ? "." : path.substr(0, slash));
+}
 
 json to_json(const Cluster& c) {
   json types = json::object(), nodes = json::array();
-  for (const auto& [name, d] : c.device_types) types[name] = {{"flops", d.flops}, {"memory_bytes", d.memory_bytes}};
+  for (const auto& [name, d] : c.device_types) {
+    types[name] = {{"flops", d.flops}, {"memory_bytes", d.memory_bytes}};
+    if (d.profile) types[name]["profile"] = d.profile->file;
+  }
   for (const auto& n : c.nodes) {
     nodes.push_back({{"device_type", n.device_type}, {"devices", n.devices}});
     if (n.shared_flops > 0) nodes.back()["shared_flops"] = n.shared_flops;

@@ -13,6 +13,10 @@
 // runs at its type's flops, but the node never exceeds shared_flops in all (a waiting process
 // gives its core to the others). Absent: the devices do not share (devices x flops).
 //
+// A device type may also name a "profile": its layers' times measured (planner/profile.h; a
+// path relative to the cluster file). Its compute then comes from the measurement instead of
+// FLOPs / flops (flops stays required: the shared-node bound below compares it with shared_flops).
+//
 // Ranks are numbered node by node (node 0's devices first), as srun and torchrun place them,
 // so a group of consecutive ranks (Megatron's tensor groups) stays inside a node when it fits.
 // Bandwidths are bytes per second in each direction; latencies seconds per message.
@@ -21,14 +25,18 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 namespace kit::planner {
 
+struct LayerProfile;  // planner/profile.h
+
 struct DeviceType {
   double flops = 0;         // sustained FLOP/s on the model's matrix multiplies
   double memory_bytes = 0;  // what a process may hold
+  std::shared_ptr<const LayerProfile> profile;  // measured layer times (null: count FLOPs)
 };
 
 struct Link {
@@ -57,8 +65,9 @@ struct Cluster {
 };
 
 // Reads and checks a cluster; kit::Error naming the field (e.g. "nodes[2].device_type") and
-// what is wrong: missing, not a number, not positive, a device type not defined.
-Cluster cluster_from_json(const nlohmann::json& j, const std::string& where = "cluster");
+// what is wrong: missing, not a number, not positive, a device type not defined, a profile
+// that cannot be read. A relative profile path is taken from `dir` (read_cluster: the file's).
+Cluster cluster_from_json(const nlohmann::json& j, const std::string& where = "cluster", const std::string& dir = "");
 Cluster read_cluster(const std::string& path);
 nlohmann::json to_json(const Cluster& c);
 

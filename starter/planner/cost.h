@@ -13,6 +13,7 @@
 
 #include "planner/cluster.h"
 #include "planner/model_spec.h"
+#include "planner/profile.h"
 #include "planner/strategy.h"
 
 namespace kit::planner {
@@ -24,10 +25,12 @@ double ring_all_reduce_seconds(double bytes, int64_t n, const Link& link);
 // One point-to-point send of `bytes` on `link`: latency + bytes / bandwidth.
 double p2p_seconds(double bytes, const Link& link);
 
-// Forward and backward of layers [first, last) for `tokens` tokens, the work split t ways by
-// tensor parallelism, on `device`: 3 x forward FLOPs (backward is twice forward) / t / FLOP/s.
-// With activation recomputation (Problem 6.3) the backward runs each layer's forward again
-// first: 4 x forward FLOPs / t / FLOP/s (a third more).
+// Forward and backward of layers [first, last) for one micro-batch of `tokens` tokens, the
+// work split t ways by tensor parallelism, on `device`: the sum over the layers of
+// layer_seconds' forward + backward (planner/profile.h: the device's measured times when it
+// has a profile, FLOPs / its FLOP/s when not, backward twice forward). With activation
+// recomputation (Problem 6.3) the backward runs each layer's forward again first: one more
+// forward per layer (a third more, counted in FLOPs).
 double compute_seconds(const ModelSpec& model, int64_t first, int64_t last, double tokens, int64_t tp,
                        const DeviceType& device, bool recompute = false);
 

@@ -30,18 +30,18 @@ ModelSpec gpt2_model(const GPT2Config& c, int64_t s) {
   m.embedding_and_head = true;
   // Embedding: a lookup (no GEMM); vocab-parallel, so one all-reduce of its output forward.
   m.layers.push_back({"embedding", 0, (v + static_cast<double>(c.n_positions)) * h * kFloat, h * kFloat,
-                      h * kFloat, 1});
+                      h * kFloat, 1, "embedding"});
   for (int64_t i = 0; i < c.n_layer; ++i) {
     // 12h^2 weights, 2 FLOPs each per token; attention: q.k and the weighted sum of v over the
     // sequence, 2sh each. Kept for backward: about 17 h-wide tensors (layer norms, q k v,
     // attention output, MLP 4h twice, residuals) and the scores and their softmax (a.s each).
     m.layers.push_back({"block " + std::to_string(i), 24 * h * h + 4 * seq * h, (12 * h * h + 13 * h) * kFloat,
-                        (17 * h + 2 * a * seq) * kFloat, h * kFloat, 4});
+                        (17 * h + 2 * a * seq) * kFloat, h * kFloat, 4, "block"});
   }
   // Final layer norm and the output projection (2hV per token); the logits and their gradient
   // are kept. Its all-reduce: the backward of f before the column-parallel head, on the h-wide
   // gradient of its input (the logits themselves stay split: vocab-parallel cross-entropy).
-  m.layers.push_back({"head", 2 * h * v, (v * h + 2 * h) * kFloat, (2 * v + 2 * h) * kFloat, h * kFloat, 1});
+  m.layers.push_back({"head", 2 * h * v, (v * h + 2 * h) * kFloat, (2 * v + 2 * h) * kFloat, h * kFloat, 1, "head"});
   return m;
 }
 
@@ -70,6 +70,12 @@ ModelSpec model_from_json(const json& j, const std::string& where) {
     if (!ar.is_number_integer() || ar.get<int64_t>() < 0)
       throw Error(at + ".tp_all_reduces is " + ar.dump() + ": it must be a whole number, 0 or more");
     x.tp_all_reduces = ar.get<int64_t>();
+    x.kind = x.name;
+    if (l.contains("kind")) {
+      if (!l["kind"].is_string() || l["kind"].get<std::string>().empty())
+        throw Error(at + ".kind is " + l["kind"].dump() + ": it must be the name of a profiled layer, e.g. \"block\"");
+      x.kind = l["kind"].get<std::string>();
+    }
     m.layers.push_back(x);
   }
   return m;
@@ -99,7 +105,8 @@ json to_json(const ModelSpec& m) {
   for (const auto& l : m.layers)
     layers.push_back({{"name", l.name}, {"flops_per_token", l.flops_per_token}, {"param_bytes", l.param_bytes},
                       {"activation_bytes_per_token", l.activation_bytes_per_token},
-                      {"output_bytes_per_token", l.output_bytes_per_token}, {"tp_all_reduces", l.tp_all_reduces}});
+                      {"output_bytes_per_token", l.output_bytes_per_token}, {"tp_all_reduces", l.tp_all_reduces},
+                      {"kind", l.kind}});
   return {{"name", m.name}, {"heads", m.heads}, {"layers", layers}};
 }
 

@@ -16,6 +16,9 @@
 //                               (GPT-2's head: the h-wide gradient of its input)
 //   tp_all_reduces              all-reduces of its output per micro-batch, forward and backward
 //                               together, under tensor parallelism (a Megatron block: 4)
+//   kind                        optional: which measured layer of a device's profile it is
+//                               (planner/profile.h; GPT-2's: embedding, block, head). Absent:
+//                               its name
 // "heads": tensor parallelism splits heads, so t must divide it (0 or absent: any t).
 #pragma once
 #include <nlohmann/json_fwd.hpp>
@@ -35,6 +38,7 @@ struct Layer {
   double activation_bytes_per_token = 0;
   double output_bytes_per_token = 0;
   int64_t tp_all_reduces = 0;
+  std::string kind;  // its profile's entry (planner/profile.h)
 };
 
 struct ModelSpec {

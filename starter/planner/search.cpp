@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <numeric>
 
 #include "kit/errors.h"
 #include "planner/partition.h"
@@ -20,6 +21,10 @@ const DeviceType& slowest_device(const Cluster& cluster, const std::vector<int64
     if (cluster.device_of(r).flops < slow->flops) slow = &cluster.device_of(r);
   return *slow;
 }
+
+// A profile measured with each degree's t ranks together holds their all-reduces in its layer
+// times (planner/profile.h): the tensor-parallel term is then already in the compute.
+bool profiled_with_tensor_parallelism(const DeviceType& d) { return d.profile && d.profile->tensor_parallel_included; }
 
 // The link between stage j and stage j + 1: the worst over the pairs of ranks that talk.
 const Link& stage_link(const Cluster& cluster, const Strategy& s, int64_t j) {
@@ -47,6 +52,16 @@ double device_memory(const Cluster& cluster, const std::vector<int64_t>& ranks) 
   return least;
 }
 
+// AdamW's step on one rank of a stage: its layers' shards (planner/profile.h; 0 unprofiled),
+// divided among the data-parallel ranks with ZeRO (each steps its 1/d of the state).
+double stage_optimizer_seconds(const ModelSpec& model, int64_t first, int64_t last, const Strategy& s,
+                               const DeviceType& device) {
+  double seconds = 0;
+  for (int64_t i = first; i < last; ++i)
+    seconds += optimizer_seconds(model.layers[static_cast<size_t>(i)], s.tp, device);
+  return s.zero_stage >= 1 ? seconds / static_cast<double>(s.dp) : seconds;
+}
+
 std::vector<int64_t> divisors(int64_t n) {
   std::vector<int64_t> d;
   for (int64_t k = 1; k <= n; ++k)
@@ -54,25 +69,40 @@ std::vector<int64_t> divisors(int64_t n) {
   return d;
 }
 
-// The time the busiest node whose devices share processors needs for the step's FLOPs at its
-// shared_flops: every rank's forward and backward (3 x forward FLOPs; 4 x with recomputation:
-// the forward runs again) of its stage's layers for all its tokens, split t ways. 0 when no
-// node shares.
-double shared_node_seconds(const Cluster& cluster, const ModelSpec& model, const Strategy& s,
-                           const std::vector<int64_t>& bounds, double tokens_per_step) {
-  std::vector<double> flops(cluster.nodes.size(), 0.0);
-  const double passes = s.recompute ? 4 : 3;
-  for (int64_t j = 0; j < s.pp; ++j) {
-    double per_token = 0;
-    for (int64_t i = bounds[static_cast<size_t>(j)]; i < bounds[static_cast<size_t>(j + 1)]; ++i)
-      per_token += model.layers[static_cast<size_t>(i)].flops_per_token;
-    for (const int64_t r : stage_ranks(s, j))
-      flops[static_cast<size_t>(cluster.node_of(r))] += passes * per_token * tokens_per_step / static_cast<double>(s.tp);
+// How much slower the ranks `ranks` compute when `share` of the ranks `busy` on each one's node
+// compute at once than when their profile (or FLOP rate) was measured, with `measured`
+// processes (a tensor-parallel profile runs its t ranks together: planner/profile.h). A node
+// whose devices share processors (shared_flops) runs c = shared_flops / flops of them at full
+// speed: n at once each compute at min(1, c / n) of their rate. The slowest rank's factor; 1
+// when no node shares.
+double contention(const Cluster& cluster, const std::vector<int64_t>& ranks, const std::vector<int64_t>& busy,
+                  double share, int64_t measured) {
+  double worst = 1;
+  for (const int64_t r : ranks) {
+    const size_t node = static_cast<size_t>(cluster.node_of(r));
+    if (cluster.nodes[node].shared_flops <= 0) continue;
+    const double c = cluster.nodes[node].shared_flops / cluster.device_of(r).flops;
+    const auto slowdown = [c](double n) { return std::max(1.0, n / c); };
+    const double n = share * static_cast<double>(std::count_if(busy.begin(), busy.end(), [&](int64_t b) {
+                       return cluster.node_of(b) == static_cast<int64_t>(node);
+                     }));
+    worst = std::max(worst, slowdown(n) / slowdown(static_cast<double>(std::min(measured, cluster.nodes[node].devices))));
   }
-  double slowest = 0;
-  for (size_t k = 0; k < cluster.nodes.size(); ++k)
-    if (cluster.nodes[k].shared_flops > 0) slowest = std::max(slowest, flops[k] / cluster.nodes[k].shared_flops);
-  return slowest;
+  return worst;
+}
+
+// The part of a stage's compute (compute_seconds: `compute`) spent computing: all of it, but
+// for a profile with the tensor-parallel all-reduces in it, where it is the layers' time at
+// t = 1 / t (one rank's share of the work; the rest of the measured time is waiting).
+double computing_seconds(const ModelSpec& model, int64_t first, int64_t last, double tokens, const Strategy& s,
+                         const DeviceType& device, double compute) {
+  if (!profiled_with_tensor_parallelism(device) || s.tp == 1) return compute;
+  return std::min(compute, compute_seconds(model, first, last, tokens, 1, device, s.recompute) /
+                               static_cast<double>(s.tp));
+}
+
+bool shares(const Cluster& cluster) {
+  return std::any_of(cluster.nodes.begin(), cluster.nodes.end(), [](const Node& n) { return n.shared_flops > 0; });
 }
 
 }  // namespace
@@ -103,7 +133,7 @@ std::vector<int64_t> balanced_partition(const Cluster& cluster, const ModelSpec&
     for (int64_t i = 0; i < n; ++i)
       seconds[static_cast<size_t>(j)][static_cast<size_t>(i)] =
           compute_seconds(model, i, i + 1, tokens, s.tp, device, s.recompute) +
-          stage_tensor_seconds(cluster, model, s, j, i, i + 1, tokens);
+          (profiled_with_tensor_parallelism(device) ? 0.0 : stage_tensor_seconds(cluster, model, s, j, i, i + 1, tokens));
   }
   return partition_layers(seconds);
 }
@@ -122,23 +152,43 @@ Cost strategy_cost(const Cluster& cluster, const ModelSpec& model, const Workloa
   c.strategy = s;
   c.micro_batches = micro_batches(s, work.global_batch);
   const double tokens = static_cast<double>(s.micro_batch * work.seq_len);
+  std::vector<int64_t> everyone(static_cast<size_t>(s.world()));
+  std::iota(everyone.begin(), everyone.end(), 0);
+  std::vector<double> alone;  // with a shared node: T_j while only stage j computes (the fill and drain)
+  c.contention = 1;
   double room = std::numeric_limits<double>::infinity();
   for (int64_t j = 0; j < s.pp; ++j) {
     const int64_t first = b[static_cast<size_t>(j)], last = b[static_cast<size_t>(j + 1)];
     const std::vector<int64_t> ranks = stage_ranks(s, j);
-    const double compute = compute_seconds(model, first, last, tokens, s.tp, slowest_device(cluster, ranks),
-                                           s.recompute);
-    const double tensor = stage_tensor_seconds(cluster, model, s, j, first, last, tokens);
+    const DeviceType& device = slowest_device(cluster, ranks);
+    const double compute = compute_seconds(model, first, last, tokens, s.tp, device, s.recompute);
+    const double tensor = profiled_with_tensor_parallelism(device) ? 0.0
+                                                                   : stage_tensor_seconds(cluster, model, s, j, first, last, tokens);
     // The activation goes forward and its gradient comes back: two sends of the same size.
     const double p2p = j + 1 < s.pp ? 2 * p2p_seconds(model.layers[static_cast<size_t>(last - 1)].output_bytes_per_token *
                                                           tokens, stage_link(cluster, s, j))
                                     : 0.0;
-    c.stage_seconds.push_back(compute + tensor + p2p);
+    const int64_t measured = profiled_with_tensor_parallelism(device) ? s.tp : 1;
+    // The steady state: min(m, p) of the p stages busy at once (every stage, when m >= p).
+    const double all = contention(cluster, ranks, everyone, static_cast<double>(std::min(c.micro_batches, s.pp)) /
+                                                                static_cast<double>(s.pp), measured);
+    const double own = contention(cluster, ranks, ranks, 1.0, measured);  // the fill and drain: this stage alone
+    // Computing is slowed by the ranks that share the cores. Waiting in a tensor-parallel
+    // all-reduce (in a profile that holds them: its time less a t-th of the layers' time at
+    // t = 1) is slowed only while other stages compute: the stage's own ranks all wait at once,
+    // giving their cores away, but another stage's ranks keep theirs busy.
+    const double working = all > 1 || own > 1 ? computing_seconds(model, first, last, tokens, s, device, compute) : 0.0;
+    const double others = std::min(c.micro_batches, s.pp) > 1 ? all : 1.0;
+    const double busy = compute + working * (all - 1) + (compute - working) * (others - 1);
+    c.stage_seconds.push_back(busy + tensor + p2p);
+    alone.push_back(compute + working * (own - 1) + tensor + p2p);
     if (c.stage_seconds.back() >= *std::max_element(c.stage_seconds.begin(), c.stage_seconds.end())) {
-      c.compute = compute;
+      c.compute = busy;
       c.tensor = tensor;
       c.p2p = p2p;
+      c.contention = all;
     }
+    c.optimizer = std::max(c.optimizer, stage_optimizer_seconds(model, first, last, s, device));
     for (int64_t k = 0; k < s.tp; ++k)
       c.data = std::max(c.data, data_parallel_seconds(model.param_bytes(first, last) / static_cast<double>(s.tp),
                                                       data_group(s, j, k), cluster));
@@ -151,10 +201,11 @@ Cost strategy_cost(const Cluster& cluster, const ModelSpec& model, const Workloa
     }
   }
   c.fits = room >= 0;
-  c.shared = shared_node_seconds(cluster, model, s, b, tokens * static_cast<double>(c.micro_batches));
-  c.pipeline = std::max(pipeline_seconds(c.stage_seconds, c.micro_batches, s.schedule, s.chunks), c.shared);
+  c.pipeline = pipeline_seconds(c.stage_seconds, c.micro_batches, s.schedule, s.chunks);
+  if (shares(cluster))  // the first micro-batch's way through (one stage busy at a time) at the stages' own pace
+    c.pipeline += pipeline_seconds(alone, 1, s.schedule, s.chunks) - pipeline_seconds(c.stage_seconds, 1, s.schedule, s.chunks);
   c.bubble = bubble_fraction(s.pp, c.micro_batches, s.schedule, s.chunks);
-  c.total = c.pipeline + c.data;
+  c.total = c.pipeline + c.optimizer + c.data;
   return c;
 }
 
@@ -228,7 +279,8 @@ nlohmann::json to_json(const Cost& c) {
           {"tensor_s", c.tensor},
           {"p2p_s", c.p2p},
           {"pipeline_s", c.pipeline},
-          {"shared_s", c.shared},
+          {"optimizer_s", c.optimizer},
+          {"contention", c.contention},
           {"data_s", c.data},
           {"bubble", c.bubble},
           {"total_s", c.total},

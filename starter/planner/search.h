@@ -4,18 +4,33 @@
 // strategy_cost: stage j's time per micro-batch T_j = compute (on the slowest device among the
 // stage's ranks) + tensor-parallel all-reduces (on the link its tensor groups span, the worst
 // replica's) + the sends to stage j + 1 (activation forward, gradient backward, on the link
-// between the two stages). The step: pipeline_seconds(T, m) + the slowest data group's
-// all-reduce of its stage's gradients (a rank's share: the stage's parameters / t). Memory: the
-// rank with the least room left; a strategy fits when every rank's memory_per_rank fits its
-// device. On a node whose devices share processors (cluster.h, shared_flops) the pipeline term
-// is at least the node's FLOPs of the step / shared_flops: the work has to be done somewhere.
+// between the two stages). The step: pipeline_seconds(T, m) + the slowest stage's optimizer
+// step (planner/profile.h: measured on a profiled device, 0 on one counted in FLOPs) + the
+// slowest data group's all-reduce of its stage's gradients (a rank's share: the stage's
+// parameters / t). Memory: the rank with the least room left; a strategy fits when every
+// rank's memory_per_rank fits its device.
+//
+// On a node whose devices share processors (cluster.h, shared_flops: c = shared_flops / flops
+// of them compute at full speed at once, n > c each at c / n of it), a stage's compute is
+// slower while the other stages compute too. The pipeline term is then pipeline_seconds(T, m)
+// with T's compute slowed by the ranks of min(m, p) stages busy at once (the steady state;
+// every stage when m >= p), except for one micro-batch's way through, the fill and the drain,
+// at the pace of the stage's own ranks alone:
+// pipeline_seconds(T, m) - pipeline_seconds(T, 1) + pipeline_seconds(T_alone, 1).
+// A profile that holds the tensor-parallel all-reduces (planner/profile.h) replaces the tensor
+// term; it was measured with its t ranks busy, so the slowdown counts from there. Of its time,
+// the computing part (the layers' time at t = 1 / t: the profile then needs t = 1 too) is
+// slowed as above; the rest, waiting in all-reduces, only while other stages compute (the
+// stage's own ranks all wait at once and give their cores away).
 //
 // search: every dp x pp x tp = the cluster's devices (t dividing the model's heads, at most one
 // stage per layer), every micro-batch size that divides the batch, every schedule and ZeRO
 // stage asked for, each without and with activation recomputation (Strategy::recompute: compute
-// and memory as cost.h says; the shared-node bound counts 4 x forward FLOPs with it); layers split by partition_layers (Problem 8.2) on each stage's own costs, or
-// evenly as the kit's pipelines split them. Strategies that do not fit are left out (kept,
-// marked, with keep_infeasible). Sorted by predicted step time.
+// and memory as cost.h says); layers split by partition_layers (Problem 8.2) on each stage's
+// own costs, or evenly as the kit's pipelines split them. On a profiled device each
+// micro-batch size is priced at its measured speed (a small one runs slower per token).
+// Strategies that do not fit are left out (kept, marked, with keep_infeasible). Sorted by
+// predicted step time.
 #pragma once
 #include <nlohmann/json_fwd.hpp>
 
@@ -35,11 +50,12 @@ struct Cost {
   std::vector<double> stage_seconds;  // T_j, per micro-batch
   // The slowest stage's terms per micro-batch:
   double compute = 0, tensor = 0, p2p = 0;
-  double pipeline = 0;  // the step's pipeline term (the shared-node bound included)
-  double shared = 0;    // the busiest shared node's FLOPs / its shared_flops (0: none shares)
+  double pipeline = 0;    // the step's pipeline term
+  double contention = 1;  // the slowest stage's compute slowdown with every rank busy (1: no node shares)
+  double optimizer = 0;   // the slowest stage's optimizer step (0 unprofiled)
   double data = 0;      // the data-parallel all-reduce
   double bubble = 0;    // bubble_fraction of the schedule
-  double total = 0;     // pipeline + data: the predicted step time
+  double total = 0;     // pipeline + optimizer + data: the predicted step time
   Memory memory;        // the rank closest to its device's limit
   double memory_limit = 0;
   bool fits = true;

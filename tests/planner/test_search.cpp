@@ -108,9 +108,9 @@ TEST(PlannerSearch, EvenPartitionSplitsBlocksAsThePipelinesDo) {
   EXPECT_THROW(pl::even_partition(gpt, 5), kit::Error);
 }
 
-TEST(PlannerSearch, SharedProcessorsBoundTheStep) {
+TEST(PlannerSearch, SharedProcessorsSlowRanksThatComputeAtOnce) {
   // Two ranks on one node whose devices share 1e12 FLOP/s in all (two processes, one core):
-  // each alone would run at 1e12, together they cannot beat the node's total.
+  // each alone would run at 1e12; computing at the same time, each runs at half of it.
   nlohmann::json j = pl::to_json(one_node(2, 1e9));
   j["nodes"][0]["shared_flops"] = 1e12;
   const pl::Cluster shared = pl::cluster_from_json(j);
@@ -118,16 +118,32 @@ TEST(PlannerSearch, SharedProcessorsBoundTheStep) {
   s.dp = 2, s.micro_batch = 1, s.layers_per_stage = {2};
   const pl::Cost alone = pl::strategy_cost(one_node(2, 1e9), two_layers(), {4, 10}, s);
   const pl::Cost both = pl::strategy_cost(shared, two_layers(), {4, 10}, s);
-  const double step_flops = 3 * 4e9 * 40;  // 40 tokens in all
-  EXPECT_EQ(alone.shared, 0.0);
-  EXPECT_NEAR(both.shared, step_flops / 1e12, 1e-12);  // 0.48 s: twice one rank's 0.24 s
-  EXPECT_NEAR(both.pipeline, both.shared, 1e-12);
-  EXPECT_NEAR(both.total, both.shared + alone.data, 1e-12);
+  EXPECT_EQ(alone.contention, 1.0);
+  EXPECT_EQ(both.contention, 2.0);
+  EXPECT_NEAR(both.pipeline, 3 * 4e9 * 40 / 1e12, 1e-12);  // 0.48 s: both ranks' 40 tokens, one at a time
+  EXPECT_NEAR(both.total, both.pipeline + alone.data, 1e-12);
   // With recomputation each rank's forward runs again: 4 x forward FLOPs.
   s.recompute = true;
-  EXPECT_NEAR(pl::strategy_cost(shared, two_layers(), {4, 10}, s).shared, 4 * 4e9 * 40 / 1e12, 1e-12);  // 0.64 s
+  EXPECT_NEAR(pl::strategy_cost(shared, two_layers(), {4, 10}, s).pipeline, 4 * 4e9 * 40 / 1e12, 1e-12);  // 0.64 s
   j["nodes"][0]["shared_flops"] = -1;
   EXPECT_THROW(pl::cluster_from_json(j), kit::Error);
+}
+
+TEST(PlannerSearch, ASharedNodesPipelineFillsAtOneStagesPaceAndRunsAtAllOfTheirs) {
+  // Two stages (layer a, then b) on a node that computes one at a time. While both stages
+  // compute (m - 1 micro-batches' worth) each runs at half speed; the first micro-batch's way
+  // through, one stage at a time, at full speed: (m - 1) max T_all + sum T_alone.
+  nlohmann::json j = pl::to_json(one_node(2, 1e9));
+  j["nodes"][0]["shared_flops"] = 1e12;
+  pl::Strategy s;
+  s.pp = 2, s.micro_batch = 1, s.layers_per_stage = {1, 1};
+  const pl::Cost c = pl::strategy_cost(pl::cluster_from_json(j), two_layers(), {4, 10}, s);  // m = 4
+  const double a = 3 * 1e9 * 10 / 1e12, b = 3 * 3e9 * 10 / 1e12;    // 0.03 s, 0.09 s per micro-batch
+  const double send = 2 * (1e-5 + 400 * 10 / 1e9);                 // a's output forward, its gradient back
+  EXPECT_NEAR(c.pipeline, 3 * (2 * b) + (a + send) + b, 1e-12);
+  EXPECT_EQ(c.contention, 2.0);
+  const pl::Cost unshared = pl::strategy_cost(one_node(2, 1e9), two_layers(), {4, 10}, s);
+  EXPECT_NEAR(unshared.pipeline, 3 * b + (a + send) + b, 1e-12);  // AMP's (m - 1) max T + sum T
 }
 
 // The three layers of planner_test_util.h on two devices (1e12 FLOP/s each), a batch of 2
