@@ -73,16 +73,19 @@ Python 3 standard library only.
 import argparse
 import glob
 import json
+import math
 import os
 import re
 import subprocess
 import sys
 
-from bench_process import checks_lines, command_line, last_json_line, run, table_head, write_summary
+from bench_process import (checks_lines, command_line, kendall_tau, last_json_line, ranks, run, spearman, table_head,
+                           write_summary)
 from gnuplot_png import draw_figures, figure_options, inline, legend, quote, rgb, summary_figures, tics
 
-TARGETS = "plan bench run_collectives"  # what the script needs built
-SPEARMAN_GOAL = 0.9
+TARGETS = "plan bench run_collectives profile_layers"  # what the script needs built
+SPEARMAN_GOAL = 0.935  # AMP's own, on its homogeneous cluster (or the sweep's noise ceiling, if lower)
+ERROR_GOAL = 0.15      # mean |predicted - measured| / measured
 TOP = 3
 CLUSTERS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "starter", "planner", "clusters")
 # The example clusters' workload: GPT-2 (124M) as AMP's and Megatron's papers train it.
@@ -90,23 +93,28 @@ EXAMPLE = ["--model", "gpt2", "--vocab-size", "50257", "--batch", "512", "--sche
            "--zero", "0,1", "--top", "5"]
 GPT_2_7B = ["--n-layer", "32", "--n-embd", "2560", "--n-head", "32"]
 AMP_REFERENCE = {
-    "source": "MccRee17/AMP src/results/*_results.txt: AMP's cached trials, predicted against measured step time, "
-              "out-of-memory runs left out",
-    "homogeneous_cluster": {"spearman": 0.935, "measured_best_predicted_rank": 3},
-    "heterogeneous_model": {"spearman": 0.853},
-    "heterogeneous_cluster": {"spearman": 0.394},
+    "source": "MccRee17/AMP src/results/*_results.txt at 72eeea4: AMP's cached trials, p_cost (predicted, seconds) "
+              "against r_cost (measured seconds per iteration), runs with r_cost inf (out of memory or failed) left out",
+    "homogeneous_cluster": {"records": 47, "spearman": 0.935, "kendall": 0.795, "measured_best_predicted_rank": 3,
+                            "mean_abs_relative_error": 0.476},
+    "heterogeneous_model": {"records": 19, "spearman": 0.853, "kendall": 0.669, "measured_best_predicted_rank": 1,
+                            "mean_abs_relative_error": 0.164},
+    "heterogeneous_cluster": {"records": 43, "spearman": 0.394, "kendall": 0.306, "measured_best_predicted_rank": 2,
+                              "mean_abs_relative_error": 0.494},
 }
 
 
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--grid", default="runs/grid", help="bench/grid.py's output directory (its summary.json)")
+    ap.add_argument("--grid", default="runs/planner_sweep", help="bench/grid.py's output directory (its summary.json)")
     ap.add_argument("--build", default="build", help="directory holding plan, bench and run_collectives")
     ap.add_argument("--clusters", default=os.path.relpath(CLUSTERS), help="example cluster JSON files (*.json)")
     ap.add_argument("--min-bytes", default="4K", help="smallest all-reduce timed for the link (run_collectives)")
     ap.add_argument("--max-bytes", default="4M", help="largest all-reduce timed for the link")
     ap.add_argument("--iters", type=int, default=10, help="timed all-reduces per size")
     ap.add_argument("--warmup", type=int, default=3, help="untimed all-reduces per size before them")
+    ap.add_argument("--profile-repeats", type=int, default=40,
+                    help="timed runs per layer measurement of profile_layers (their median is kept)")
     ap.add_argument("--timeout", type=float, default=600, help="seconds allowed per command")
     ap.add_argument("--out", default="runs/planner")
     figure_options(ap)
@@ -115,10 +123,13 @@ def parse_args(argv=None):
 
 # ---- the sweep --------------------------------------------------------------------------------
 
+SWEEP = "python3 bench/grid.py --world-size 2 4 --chunks 1 2 4 8 --repeats 2 --steps 10 --out {grid}"
+
+
 def read_grid(grid_dir):
     path = os.path.join(grid_dir, "summary.json")
     if not os.path.isfile(path):
-        sys.exit(f"error: {path} does not exist: measure the sweep first (python3 bench/grid.py --out {grid_dir}), "
+        sys.exit(f"error: {path} does not exist: measure the sweep first ({SWEEP.format(grid=grid_dir)}), "
                  "then run this again")
     try:
         s = json.load(open(path))
@@ -127,11 +138,16 @@ def read_grid(grid_dir):
             settings[k]
         for r in records:
             r["preset"], r["dp"], r["pp"], r["tp"], r["step_time_s"], r["n_layer"], r["n_embd"], r["n_head"]
+            # A sweep of one m (Problem 6's) has no per-record m, micro-batch size or repeats.
+            r.setdefault("chunks", settings["chunks"])
+            r.setdefault("micro_batch", settings["batch_size"] // (r["dp"] * r["chunks"]))
+            r.setdefault("step_times_s", [r["step_time_s"]])
+            r.setdefault("noise", 0.0)
     except (ValueError, KeyError, TypeError) as e:
         sys.exit(f"error: {path} is not bench/grid.py's summary.json ({type(e).__name__}: {e}): "
-                 f"run python3 bench/grid.py --out {grid_dir} again")
+                 f"run {SWEEP.format(grid=grid_dir)} again")
     if not records:
-        sys.exit(f"error: {path} holds no record: run python3 bench/grid.py --out {grid_dir} again")
+        sys.exit(f"error: {path} holds no record: run {SWEEP.format(grid=grid_dir)} again")
     return s
 
 
@@ -199,11 +215,59 @@ def measure_link(args, world, threads):
     return {"bandwidth": bandwidth, "latency": latency}, dict(err, sizes=len(samples), file=path)
 
 
+def shape_args(record, settings):
+    return ["--n-layer", str(record["n_layer"]), "--n-embd", str(record["n_embd"]), "--n-head", str(record["n_head"]),
+            "--vocab-size", str(settings["vocab_size"]), "--seq-len", str(settings["seq_len"])]
+
+
+def profile_layers(args, preset, records, settings):
+    """profile_layers for the sweep's model: every t and micro-batch size it ran, one process
+    with the sweep's threads (as each rank computes): OUT/profiles/<preset>.json."""
+    mine = [r for r in records if r["preset"] == preset]
+    path = os.path.join(args.out, "profiles", preset + ".json")
+    run([os.path.join(args.build, "profile_layers"), "--preset", preset, *shape_args(mine[0], settings),
+         "--tp", ",".join(str(t) for t in sorted({r["tp"] for r in mine})),
+         "--micro-batches", ",".join(str(b) for b in sorted({r["micro_batch"] for r in mine})),
+         "--threads", str(settings["threads"]), "--repeats", str(args.profile_repeats), "--out", path],
+        args.timeout, TARGETS)
+    return path
+
+
+def block_seconds(path):
+    j = json.load(open(path))
+    block = [e for e in j["times"] if e["kind"] == "block"]
+    return sum(e["forward_s"] + e["backward_s"] for e in block)
+
+
+def measure_concurrency(args, preset, records, settings, world):
+    """How many of `world` processes of this machine compute at once: the blocks of one
+    micro-batch size profiled by one process alone, then by `world` copies at the same time,
+    world x alone / together (2 cores: about 2 for world 2; for world 4, less than 2, since
+    sharing cores costs switches and caches). The node's shared_flops is this many devices."""
+    mine = [r for r in records if r["preset"] == preset]
+    size = sorted({r["micro_batch"] for r in mine})[len({r["micro_batch"] for r in mine}) // 2]
+    base = os.path.join(args.out, "concurrency", preset, f"w{world}")
+    cmd = [os.path.join(args.build, "profile_layers"), "--preset", preset, *shape_args(mine[0], settings), "--tp", "1",
+           "--micro-batches", str(size), "--threads", str(settings["threads"]), "--repeats", str(args.profile_repeats)]
+    alone = os.path.join(base, "alone.json")
+    run(cmd + ["--out", alone], args.timeout, TARGETS)
+    together = [os.path.join(base, f"copy{k}.json") for k in range(world)]
+    print(f"$ {world} x " + " ".join(cmd), flush=True)
+    procs = [subprocess.Popen(cmd + ["--out", path], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+             for path in together]
+    for proc in procs:
+        _, err = proc.communicate(timeout=args.timeout)
+        if proc.returncode != 0:
+            sys.exit(f"error: {' '.join(cmd)} exited with {proc.returncode}:\n{err[-2000:]}")
+    a, t = block_seconds(alone), [block_seconds(path) for path in together]
+    return {"micro_batch": size, "alone_s": a, "together_s": t, "concurrency": world * a / (sum(t) / len(t))}
+
+
 def describe(args, world, gemm, together, threads, memory, link, link_fit):
-    """The cluster JSON (planner/cluster.h) of one node of `world` devices of this machine: one
-    process alone runs at `gemm`; with others on the other cores at `together` (their mean), and
-    when the W processes need more cores than there are, the node gives at most what all cores
-    give together (shared_flops: a waiting process hands its core to the busy ones)."""
+    """The FLOP-counted cluster JSON (planner/cluster.h) of one node of `world` devices of this
+    machine, the planner without a profile: one process alone runs at `gemm`; with others on
+    the other cores at `together` (their mean), and when the W processes need more cores than
+    there are, the node gives at most what all cores give together (shared_flops)."""
     cores = os.cpu_count() or 1
     oversubscribed = world * threads > cores
     flops = (gemm if world == 1 else sum(together) / len(together)) * 1e9
@@ -220,83 +284,148 @@ def describe(args, world, gemm, together, threads, memory, link, link_fit):
             "memory_bytes": memory / world, "link": link, "link_fit": link_fit}
 
 
+def describe_profiled(args, world, preset, gemm, threads, memory, link, profile, concurrency):
+    """The same machine with its layers' measured times (planner/profile.h): the device names
+    the profile; flops is one process's GEMM rate alone, and a node of several devices gives
+    what `concurrency` of them compute at once (shared_flops = concurrency x flops)."""
+    cores = os.cpu_count() or 1
+    flops = gemm * 1e9
+    node = {"device_type": "cpu", "devices": world}
+    if concurrency is not None:
+        node["shared_flops"] = concurrency["concurrency"] * flops
+    cluster = {"name": f"this machine, profiled ({preset}): {world} process(es) x {threads} thread(s) on {cores} cores",
+               "device_types": {"cpu": {"flops": flops, "memory_bytes": memory / world,
+                                        "profile": os.path.relpath(profile, args.out)}},
+               "nodes": [node], "intra_node": link, "inter_node": link}
+    path = os.path.join(args.out, f"this_machine_w{world}_{preset}.json")
+    with open(path, "w") as f:
+        json.dump(cluster, f, indent=1)
+    return {"file": path, "devices": world, "preset": preset, "profile": profile, "concurrency": concurrency,
+            "shared_flops": node.get("shared_flops")}
+
+
 # ---- predictions ------------------------------------------------------------------------------
 
-def predict(args, record, settings, description):
-    d, p, t = record["dp"], record["pp"], record["tp"]
-    path = os.path.join(args.out, "predictions", record["preset"], f"d{d}p{p}t{t}.json")
+def plan_record(args, record, settings, cluster_file, kind):
+    d, p, t, m = record["dp"], record["pp"], record["tp"], record["chunks"]
+    path = os.path.join(args.out, "predictions", kind, record["preset"], f"d{d}p{p}t{t}m{m}.json")
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    run([os.path.join(args.build, "plan"), "--cluster", description["file"], "--model", record["preset"],
-         "--n-layer", str(record["n_layer"]), "--n-embd", str(record["n_embd"]), "--n-head", str(record["n_head"]),
-         "--vocab-size", str(settings["vocab_size"]), "--batch", str(settings["batch_size"]),
-         "--seq-len", str(settings["seq_len"]), "--micro-batches", str(settings["chunks"]),
+    run([os.path.join(args.build, "plan"), "--cluster", cluster_file, "--model", record["preset"],
+         *shape_args(record, settings), "--batch", str(settings["batch_size"]), "--micro-batches", str(m),
          "--schedules", settings["schedule"], "--recompute", "on" if settings.get("recompute") else "off",
-         "--grids", f"{d},{p},{t}", "--even", "--keep-infeasible",
-         "--top", "1", "--json", path], args.timeout, TARGETS)
+         "--grids", f"{d},{p},{t}", "--even", "--keep-infeasible", "--top", "1", "--json", path],
+        args.timeout, TARGETS)
     strategies = json.load(open(path))["strategies"]
     if not strategies:
         sys.exit(f"error: build/plan found no strategy for {record['label']} ({path}): does t = {t} divide the "
                  f"model's heads ({record['n_head']}) and p = {p} fit its {record['n_layer']} blocks?")
-    c = strategies[0]
-    return {"preset": record["preset"], "dp": d, "pp": p, "tp": t, "label": record["label"],
-            "reference": record.get("reference", d * p * t == 1),
-            "measured_s": record["step_time_s"], "predicted_s": c["total_s"],
-            "relative_error": abs(c["total_s"] - record["step_time_s"]) / record["step_time_s"],
-            "fits": c["fits"], "micro_batches": c["micro_batches"], "layers_per_stage": c["layers_per_stage"],
-            "terms": {k: c[k] for k in ("compute_s", "tensor_s", "p2p_s", "pipeline_s", "shared_s", "data_s", "bubble")},
+    return strategies[0], path
+
+
+TERMS = ("compute_s", "tensor_s", "p2p_s", "pipeline_s", "contention", "optimizer_s", "data_s", "bubble")
+
+
+def predict(args, record, settings, profiled, flops):
+    """plan's prediction of one record, with the profile (the planner's answer) and counting
+    FLOPs (the planner before profiles), beside the measurement."""
+    c, path = plan_record(args, record, settings, profiled["file"], "profiled")
+    f, _ = plan_record(args, record, settings, flops["file"], "flops")
+    measured = record["step_time_s"]
+    return {"preset": record["preset"], "dp": record["dp"], "pp": record["pp"], "tp": record["tp"],
+            "chunks": record["chunks"], "micro_batch": record["micro_batch"], "label": record["label"],
+            "grid": f"d={record['dp']} p={record['pp']} t={record['tp']}",
+            "reference": record.get("reference", record["dp"] * record["pp"] * record["tp"] == 1),
+            "measured_s": measured, "measured_repeats_s": record["step_times_s"], "noise": record["noise"],
+            "predicted_s": c["total_s"], "relative_error": abs(c["total_s"] - measured) / measured,
+            "predicted_flops_s": f["total_s"], "relative_error_flops": abs(f["total_s"] - measured) / measured,
+            "fits": c["fits"], "layers_per_stage": c["layers_per_stage"],
+            "terms": {k: c.get(k, 0.0) for k in TERMS}, "terms_flops": {k: f.get(k, 0.0) for k in TERMS},
             "measured_comm_s": record.get("comm_s_per_step"), "prediction": path}
 
 
-def ranks(values):
-    """1-based ranks, smallest first, ties sharing their average rank."""
-    order = sorted(range(len(values)), key=lambda i: values[i])
-    out = [0.0] * len(values)
-    i = 0
-    while i < len(order):
-        j = i
-        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
-            j += 1
-        for k in range(i, j + 1):
-            out[order[k]] = (i + j) / 2 + 1
-        i = j + 1
+# ---- how well it ranks ------------------------------------------------------------------------
+
+def within_noise(a, b, sigma):
+    """Measured a no slower than measured b beyond the noise: by at most twice the standard
+    error of the difference of their means (sigma: one measurement's relative standard
+    deviation, from the sweep's repeats; each mean over its runs' repeats)."""
+    band = 2 * sigma * math.sqrt(1 / len(a["measured_repeats_s"]) + 1 / len(b["measured_repeats_s"]))
+    return a["measured_s"] <= b["measured_s"] * (1 + band)
+
+
+def accuracy(records, key, sigma):
+    """Spearman, Kendall's tau-b, the measured best's predicted rank, whether the predicted best
+    is the measured best or within noise of it, and the mean relative error, of predictions
+    `key` ("predicted_s" or "predicted_flops_s") against the measured step times."""
+    measured = [r["measured_s"] for r in records]
+    predicted = [r[key] for r in records]
+    best = min(records, key=lambda r: r["measured_s"])
+    chosen = min(records, key=lambda r: r[key])
+    error = "relative_error" if key == "predicted_s" else "relative_error_flops"
+    return {"spearman": spearman(predicted, measured), "kendall": kendall_tau(predicted, measured),
+            "measured_best": best["label"], "predicted_best": chosen["label"],
+            "measured_best_predicted_rank": 1 + sum(r[key] < best[key] for r in records),
+            "predicted_best_measured_s": chosen["measured_s"], "measured_best_s": best["measured_s"],
+            "predicted_best_within_noise": within_noise(chosen, best, sigma),
+            "mean_abs_relative_error": sum(r[error] for r in records) / len(records),
+            "max_abs_relative_error": max(r[error] for r in records), "records": len(records)}
+
+
+def micro_batch_choices(records, sigma):
+    """Per (preset, d, p, t) swept at several micro-batch sizes: the size the planner predicts
+    fastest against the measured fastest, and whether its measured time is within noise."""
+    out = []
+    for key in sorted({(r["preset"], r["dp"], r["pp"], r["tp"]) for r in records}):
+        mine = [r for r in records if (r["preset"], r["dp"], r["pp"], r["tp"]) == key]
+        if len(mine) < 2:
+            continue
+        best = min(mine, key=lambda r: r["measured_s"])
+        chosen = min(mine, key=lambda r: r["predicted_s"])
+        out.append({"preset": key[0], "grid": best["grid"], "sizes": sorted(r["micro_batch"] for r in mine),
+                    "measured_best_micro_batch": best["micro_batch"], "measured_best_s": best["measured_s"],
+                    "chosen_micro_batch": chosen["micro_batch"], "chosen_measured_s": chosen["measured_s"],
+                    "within_noise": within_noise(chosen, best, sigma)})
     return out
 
 
-def spearman(xs, ys):
-    """Pearson's correlation of the ranks; None with fewer than 2 records or all tied."""
-    if len(xs) < 2:
-        return None
-    rx, ry = ranks(xs), ranks(ys)
-    mx, my = sum(rx) / len(rx), sum(ry) / len(ry)
-    sxy = sum((a - mx) * (b - my) for a, b in zip(rx, ry))
-    sxx, syy = sum((a - mx) ** 2 for a in rx), sum((b - my) ** 2 for b in ry)
-    return sxy / (sxx * syy) ** 0.5 if sxx > 0 and syy > 0 else None
+def noise_of(grid, records):
+    """The sweep's own repeatability: each record's spread over its repeats; one measurement's
+    relative standard deviation, from repeat 1 against repeat 2 of every record (robust: the
+    median of |a - b| / mean is 0.954 sigma for normal noise, whatever a few outliers do); and
+    the rank correlations of repeat 1 against repeat 2 (the ceiling of any prediction's: a
+    model cannot be expected to rank the runs better than the machine ranks them twice)."""
+    spreads = sorted(r["noise"] for r in records)
+    twice = [r for r in records if len(r["measured_repeats_s"]) >= 2]
+    first, second = [r["measured_repeats_s"][0] for r in twice], [r["measured_repeats_s"][1] for r in twice]
+    pairs = sorted(abs(a - b) / ((a + b) / 2) for a, b in zip(first, second))
+    return {"repeats": grid["settings"].get("repeats", 1), "median_relative": spreads[len(spreads) // 2],
+            "max_relative": spreads[-1], "records_repeated": len(twice),
+            "sigma_relative": pairs[len(pairs) // 2] / 0.954 if pairs else 0.0,
+            "spearman_between_repeats": spearman(first, second) if len(twice) >= 2 else None,
+            "kendall_between_repeats": kendall_tau(first, second) if len(twice) >= 2 else None}
 
 
-def accuracy(records):
-    measured = [r["measured_s"] for r in records]
-    predicted = [r["predicted_s"] for r in records]
-    for r, m, p in zip(records, ranks(measured), ranks(predicted)):
-        r["measured_rank"], r["predicted_rank"] = m, p
-    best = min(records, key=lambda r: r["measured_s"])
-    # The measured best counts as in the top 3 when fewer than 3 records are predicted faster.
-    place = 1 + sum(r["predicted_s"] < best["predicted_s"] for r in records)
-    return {"spearman": spearman(predicted, measured), "measured_best": best["label"],
-            "measured_best_predicted_rank": place, "measured_best_in_top3": place <= TOP,
-            "predicted_best": min(records, key=lambda r: r["predicted_s"])["label"],
-            "mean_abs_relative_error": sum(r["relative_error"] for r in records) / len(records),
-            "records": len(records)}
-
-
-def checks(acc):
-    rho = acc["spearman"]
-    return [{"name": "spearman", "goal": f"predicted and measured step times ranked alike: Spearman >= {SPEARMAN_GOAL}",
-             "value": "n/a (fewer than 2 distinct records)" if rho is None else f"{rho:.3f} over {acc['records']} "
-                                                                                 "records",
-             "status": "PASS" if rho is not None and rho >= SPEARMAN_GOAL else "MISS"},
-            {"name": "measured_best_in_top3", "goal": f"the measured fastest among the predicted best {TOP}",
-             "value": f"{acc['measured_best']} predicted #{acc['measured_best_predicted_rank']}",
-             "status": "PASS" if acc["measured_best_in_top3"] else "MISS"}]
+def checks(acc, noise, choices):
+    rho, ceiling = acc["spearman"], noise["spearman_between_repeats"]
+    goal = SPEARMAN_GOAL if ceiling is None else min(SPEARMAN_GOAL, ceiling)
+    good = [c for c in choices if c["within_noise"]]
+    return [{"name": "mean_relative_error", "goal": f"mean |predicted - measured| / measured <= {ERROR_GOAL:.0%}",
+             "value": f"{100 * acc['mean_abs_relative_error']:.1f} % over {acc['records']} records (largest "
+                      f"{100 * acc['max_abs_relative_error']:.0f} %)",
+             "status": "PASS" if acc["mean_abs_relative_error"] <= ERROR_GOAL else "MISS"},
+            {"name": "spearman", "goal": f"Spearman >= {SPEARMAN_GOAL} (AMP's own), or the noise ceiling if lower "
+                                         f"(repeat 1 against repeat 2: {'n/a' if ceiling is None else f'{ceiling:.3f}'})",
+             "value": "n/a" if rho is None else f"{rho:.3f} (Kendall {acc['kendall']:.3f}) over {acc['records']} records",
+             "status": "PASS" if rho is not None and rho >= goal else "MISS"},
+            {"name": "measured_best", "goal": "the predicted best is the measured best, or within noise of it",
+             "value": f"predicted best {acc['predicted_best']} ({ms(acc['predicted_best_measured_s'])} measured); "
+                      f"measured best {acc['measured_best']} ({ms(acc['measured_best_s'])}), predicted "
+                      f"#{acc['measured_best_predicted_rank']}",
+             "status": "PASS" if acc["predicted_best_within_noise"] else "MISS"},
+            {"name": "micro_batch_choice", "goal": "for every grid, the micro-batch size predicted fastest measures "
+                                                   "within noise of the measured fastest",
+             "value": f"{len(good)} of {len(choices)} grids",
+             "status": "PASS" if choices and len(good) == len(choices) else "MISS"}]
 
 
 # ---- the example clusters ---------------------------------------------------------------------
@@ -331,15 +460,20 @@ def example_clusters(args):
 
 # ---- the report -------------------------------------------------------------------------------
 
-def ms(s):
-    return f"{1e3 * s:.1f} ms" if s < 1 else f"{s:.2f} s"
+def accuracy_line(name, a):
+    rho = "n/a" if a["spearman"] is None else f"{a['spearman']:.3f}"
+    tau = "n/a" if a.get("kendall") is None else f"{a['kendall']:.3f}"
+    return (f"| {name} | {a['records']} | {rho} | {tau} | #{a['measured_best_predicted_rank']} "
+            f"| {100 * a['mean_abs_relative_error']:.1f} % |")
 
 
 def markdown(s):
     st, g, m, acc = s["settings"], s["settings"]["grid_settings"], s["machine"], s["accuracy"]
-    out = [f"the sweep: {s['settings']['grid']}/summary.json ({', '.join(g['presets'])}, W = {g['world_size']}, batch "
-           f"{g['batch_size']} x {g['seq_len']} tokens, {g['schedule']} with {g['chunks']} micro-batches per replica, "
-           f"{g['threads']} thread(s) per process); `{st['command']}`", "",
+    worlds = ", ".join(str(w) for w in g.get("world_sizes", [g["world_size"]]))
+    chunks = ", ".join(str(c) for c in g.get("chunks_list", [g["chunks"]]))
+    out = [f"the sweep: {s['settings']['grid']}/summary.json ({', '.join(g['presets'])}, W = {worlds}, batch "
+           f"{g['batch_size']} x {g['seq_len']} tokens, {g['schedule']} with m = {chunks} micro-batches per replica, "
+           f"{g['threads']} thread(s) per process, {g.get('repeats', 1)} measurement(s) each); `{st['command']}`", "",
            f"machine: {m['note']}", "",
            *table_head("| W (devices) | FLOP/s per device | shared by the node | memory per device | link bandwidth "
                        "| link latency | link fit rms / max |", "r" * 7)]
@@ -350,25 +484,52 @@ def markdown(s):
         out.append(f"| {d['devices']} | {d['flops'] / 1e9:.1f} G | {shared} "
                    f"| {d['memory_bytes'] / 2**30:.1f} GiB | {d['link']['bandwidth'] / 1e9:.2f} GB/s | "
                    f"{1e6 * d['link']['latency']:.1f} us | {err} |")
-    out += ["", *table_head("| grid | measured | predicted | error | measured rank | predicted rank | compute | tensor "
-                            "| p2p | pipeline | data | bubble |", "l" + "r" * 11)]
+    out += ["", *table_head("| profiled: W | preset | profile | processes computing at once (measured) |", "rllr")]
+    for d in s["profiled_descriptions"]:
+        c = d["concurrency"]
+        at_once = "-" if c is None else (f"{c['concurrency']:.2f} (a block at micro-batch {c['micro_batch']}: "
+                                         f"{ms(c['alone_s'])} alone, {ms(sum(c['together_s']) / len(c['together_s']))} "
+                                         f"each with {d['devices']} at once)")
+        out.append(f"| {d['devices']} | {d['preset']} | {d['profile']} | {at_once} |")
+    out += ["", *table_head("| run | measured | repeats' spread | predicted | error | counting FLOPs | error "
+                            "| measured rank | predicted rank | compute | tensor | p2p | pipeline | optimizer | data |",
+                            "l" + "r" * 14)]
     for r in s["records"]:
         t = r["terms"]
         out.append(f"| {r['label']}{' (reference)' if r['reference'] else ''} | {ms(r['measured_s'])} "
-                   f"| {ms(r['predicted_s'])} | {100 * r['relative_error']:.0f} % | {r['measured_rank']:g} "
-                   f"| {r['predicted_rank']:g} | {ms(t['compute_s'])} | {ms(t['tensor_s'])} | {ms(t['p2p_s'])} "
-                   f"| {ms(t['pipeline_s'])} | {ms(t['data_s'])} | {100 * t['bubble']:.0f} % |")
-    rho = "n/a" if acc["spearman"] is None else f"{acc['spearman']:.3f}"
+                   f"| {100 * r['noise']:.0f} % | {ms(r['predicted_s'])} | {100 * r['relative_error']:.0f} % "
+                   f"| {ms(r['predicted_flops_s'])} | {100 * r['relative_error_flops']:.0f} % "
+                   f"| {r['measured_rank']:g} | {r['predicted_rank']:g} | {ms(t['compute_s'])} | {ms(t['tensor_s'])} "
+                   f"| {ms(t['p2p_s'])} | {ms(t['pipeline_s'])} | {ms(t['optimizer_s'])} | {ms(t['data_s'])} |")
+    n = s["noise"]
+    ceiling = "n/a" if n["spearman_between_repeats"] is None else (
+        f"Spearman {n['spearman_between_repeats']:.3f}, Kendall {n['kendall_between_repeats']:.3f}")
     amp = s["amp_reference"]
-    out += ["", "measured: the sweep's step time (the slowest rank's mean); predicted: plan's total (pipeline + data); "
-                "compute, tensor (all-reduces), p2p (sends): the slowest stage's per micro-batch; ranks: 1 = fastest.",
-            "", f"Spearman {rho} over {acc['records']} records; the measured best, {acc['measured_best']}, is predicted "
-                f"#{acc['measured_best_predicted_rank']} (predicted best: {acc['predicted_best']}); mean absolute "
-                f"relative error {100 * acc['mean_abs_relative_error']:.0f} %.",
-            f"AMP's own trials: homogeneous cluster {amp['homogeneous_cluster']['spearman']} (measured best predicted "
-            f"#{amp['homogeneous_cluster']['measured_best_predicted_rank']}), heterogeneous model "
-            f"{amp['heterogeneous_model']['spearman']}, heterogeneous cluster {amp['heterogeneous_cluster']['spearman']} "
-            f"({amp['source']}).", ""]
+    out += ["", "measured: the sweep's step time (the slowest rank's mean, averaged over the repeats); repeats' "
+                "spread: (slowest - fastest) / mean; predicted: plan's total (pipeline + optimizer + data) with the "
+                "profile; counting FLOPs: the same without it; compute, tensor (all-reduces), p2p (sends): the "
+                "slowest stage's per micro-batch; ranks: 1 = fastest.", "",
+            f"noise: median spread {100 * n['median_relative']:.1f} %, largest {100 * n['max_relative']:.0f} %; one "
+            f"measurement's standard deviation {100 * n['sigma_relative']:.1f} % (within noise: a difference of two "
+            f"runs' means up to twice its standard error); repeat 1 against repeat 2 over {n['records_repeated']} "
+            f"runs: {ceiling} (the noise ceiling)", "",
+            *table_head("| predictions | runs | Spearman | Kendall | measured best predicted | mean error |", "lrrrrr"),
+            accuracy_line("profiled (plan with the profile)", acc),
+            accuracy_line("counting FLOPs (no profile)", s["accuracy_flops"])]
+    for key, name in (("homogeneous_cluster", "AMP, homogeneous cluster"), ("heterogeneous_model", "AMP, heterogeneous model"),
+                      ("heterogeneous_cluster", "AMP, heterogeneous cluster")):
+        out.append(accuracy_line(name, amp[key]))
+    out += ["", f"AMP: {amp['source']}.", "",
+            f"the measured best: {acc['measured_best']} ({ms(acc['measured_best_s'])}); the predicted best: "
+            f"{acc['predicted_best']} ({ms(acc['predicted_best_measured_s'])} measured)", ""]
+    if s["micro_batch_choices"]:
+        out += table_head("| grid | sizes swept | measured fastest | planner's choice | its measured time | within noise |",
+                          "llrrrl")
+        for c in s["micro_batch_choices"]:
+            out.append(f"| {c['preset']} {c['grid']} | {', '.join(str(x) for x in c['sizes'])} "
+                       f"| {c['measured_best_micro_batch']} ({ms(c['measured_best_s'])}) | {c['chosen_micro_batch']} "
+                       f"| {ms(c['chosen_measured_s'])} | {'yes' if c['within_noise'] else 'no'} |")
+        out.append("")
     for c in s["clusters"]:
         out += [f"{c['name']}: {c['cluster']}, {c['model']}, batch {c['batch']} x {c['seq_len']} tokens, "
                 f"{c['found']} that fit, the best {len(c['strategies'])}:", "",
@@ -390,51 +551,92 @@ def ms(seconds):
     return f"{seconds:.2f} s" if seconds >= 1 else f"{1e3 * seconds:.1f} ms" if seconds < 0.1 else f"{1e3 * seconds:.0f} ms"
 
 
+WORLD_COLOURS = {1: "#999999", 2: "#55A868", 4: "#4C72B0", 8: "#8172B2"}
+FLOPS_COLOUR = "#DD8452"
+
+
+def world_colour(w):
+    return WORLD_COLOURS.get(w, "#C44E52")
+
+
 def accuracy_figure(s):
-    """planner_accuracy.png: predicted against measured step time, one point per record, y = x;
-    (width, height, script)."""
-    points = [(s.field(r, "label", at, "text"), s.field(r, "reference", at, "boolean"),
-               s.field(r, "measured_s", at, "number"), s.field(r, "predicted_s", at, "number"))
-              for at, r in s.records("records")]
-    acc, machine = s.field(s.data, "accuracy", s.path), s.field(s.data, "machine", s.path)
-    at, m_at = s.path + ": accuracy", s.path + ": machine"
-    rho = s.field(acc, "spearman", at, "number or null")
-    heading = (f"The planner against the measured sweep: Spearman {'n/a' if rho is None else format(rho, '.3f')} "
-               f"over {len(points)} runs\nthe measured best ({s.field(acc, 'measured_best', at, 'text')}) predicted "
-               f"#{s.field(acc, 'measured_best_predicted_rank', at, 'integer')}; mean |predicted - measured| / measured "
-               f"{100 * s.field(acc, 'mean_abs_relative_error', at, 'number'):.0f} %\nthis machine: "
-               f"{s.field(machine, 'cores', m_at, 'integer')} cores, "
-               f"GEMM {s.field(machine, 'gemm_gflops', m_at, 'number'):.1f} "
-               "GFLOP/s per process; W processes share the cores")
-    top = max(1e3 * max(p[2], p[3]) for p in points)
-    top = 1.15 * top if top > 0 else 1.0
-    best = min(range(len(points)), key=lambda i: points[i][2])
+    """planner_accuracy.png: predicted against measured step time, one point per run with the
+    profile (coloured by W) and one counting FLOPs, the measured repeats' range as a bar, y = x
+    and +-15 %; (width, height, script)."""
+    points = []
+    for at, r in s.records("records"):
+        repeats = s.field(r, "measured_repeats_s", at, "list")
+        world = s.field(r, "dp", at, "integer") * s.field(r, "pp", at, "integer") * s.field(r, "tp", at, "integer")
+        points.append((world, 1e3 * s.field(r, "measured_s", at, "number"), 1e3 * min(repeats), 1e3 * max(repeats),
+                       1e3 * s.field(r, "predicted_s", at, "number"), 1e3 * s.field(r, "predicted_flops_s", at, "number")))
+    acc, flops, noise = (s.field(s.data, k, s.path) for k in ("accuracy", "accuracy_flops", "noise"))
+    at = s.path + ": accuracy"
+
+    def line(name, a):
+        rho, tau = s.field(a, "spearman", at, "number or null"), s.field(a, "kendall", at, "number or null")
+        return (f"{name}: Spearman {'n/a' if rho is None else format(rho, '.3f')}, Kendall "
+                f"{'n/a' if tau is None else format(tau, '.3f')}, measured best predicted "
+                f"#{s.field(a, 'measured_best_predicted_rank', at, 'integer')}, mean error "
+                f"{100 * s.field(a, 'mean_abs_relative_error', at, 'number'):.1f} %")
+    ceiling = s.field(noise, "spearman_between_repeats", s.path + ": noise", "number or null")
+    heading = (f"The planner against {len(points)} measured runs of this machine\n{line('with the profile', acc)}\n"
+               f"{line('counting FLOPs', flops)}\nnoise ceiling (repeat 1 against repeat 2): Spearman "
+               f"{'n/a' if ceiling is None else format(ceiling, '.3f')}")
+    top = 1.1 * max(max(p[3], p[4], p[5]) for p in points)
+    worlds = sorted({p[0] for p in points})
     script = (f"set title {quote(heading)}\n"
               'set border 3\nset grid lc rgb "#DDDDDD"\nset xtics nomirror\nset ytics nomirror\n'
               "set size ratio -1\nset key top left\n"
-              'set xlabel "measured step time (ms): the sweep\'s, the slowest rank\'s mean"\n'
-              'set ylabel "predicted step time (ms): plan\'s pipeline + data terms"\n'
-              f"set xrange [0:{top!r}]\nset yrange [0:{top!r}]\n")
-    # Labels beside their points, in the order of height alternately below and above, and every
-    # other pair on the left, so points close together push their labels apart.
-    rows = []
-    for k, i in enumerate(sorted(range(len(points)), key=lambda i: points[i][3])):
-        label, reference, measured, predicted = points[i]
-        x, y = 1e3 * measured, 1e3 * predicted
-        side = " right offset -0.8," if (k // 2) % 2 == 1 else " left offset 0.8,"
-        script += f"set label {k + 1} {quote(str(i + 1))} at {x!r},{y!r}{side}{'0.5' if k % 2 else '-0.5'} front\n"
-        rows.append((x, y, rgb(BEST_COLOUR if i == best else REFERENCE_COLOUR if reference else GRID_COLOUR)))
-    # The numbers beside the points, spelled out in the key (close points would hide long labels).
-    keys = [f"{i + 1}: {label}{' (one process)' if reference else ''}, {ms(measured)} measured, "
-            f"{ms(predicted)} predicted"
-            for i, (label, reference, measured, predicted) in enumerate(points)]
-    script += ('plot x with lines dt 2 lw 1.5 lc rgb "#555555" title "y = x (predicted = measured)", '
-               "'-' using 1:2:3 with points pt 7 ps 2 lc rgb variable notitle" +
-               legend("points pt 7 ps 2", [(GRID_COLOUR, "a grid of W ranks"),
-                                           (REFERENCE_COLOUR, "one process (1,1,1)"),
-                                           (BEST_COLOUR, "the measured best")]) +
-               "".join(f", NaN with points pt -1 title {quote(k)}" for k in keys) + "\n" + inline(rows))
-    return 1100, 980, script
+              'set xlabel "measured step time (ms): the slowest rank\'s mean; bar: the repeats\' range"\n'
+              'set ylabel "predicted step time (ms): plan\'s pipeline + optimizer + data terms"\n'
+              f"set xrange [0:{top!r}]\nset yrange [0:{top!r}]\n"
+              'plot x with lines dt 2 lw 1.5 lc rgb "#555555" title "y = x (predicted = measured)", '
+              '1.15 * x with lines dt 3 lc rgb "#AAAAAA" title "+-15 %", 0.85 * x with lines dt 3 lc rgb "#AAAAAA" '
+              "notitle, '-' using 2:6:3:4 with xerrorbars pt 6 ps 1.3 lc rgb " + quote(FLOPS_COLOUR) +
+              ' title "counting FLOPs (no profile)"' +
+              "".join(f", '-' using 2:5:3:4 with xerrorbars pt 7 ps 1.5 lc rgb {quote(world_colour(w))} "
+                      f"title {quote(f'with the profile, W = {w}')}" for w in worlds) + "\n" +
+              inline(points) + "".join(inline([p for p in points if p[0] == w]) for w in worlds))
+    return 1100, 1050, script
+
+
+def micro_batch_figure(s):
+    """planner_micro_batch.png: one panel per grid swept at several micro-batch sizes: the
+    measured step time (points, the repeats' range) and the predictions (lines) against the
+    micro-batch size; (width, height, script)."""
+    grids = {}
+    for at, r in s.records("records"):
+        key = (s.field(r, "preset", at, "text"), s.field(r, "dp", at, "integer"), s.field(r, "pp", at, "integer"),
+               s.field(r, "tp", at, "integer"))
+        repeats = [1e3 * v for v in s.field(r, "measured_repeats_s", at, "list")]
+        grids.setdefault(key, []).append((s.field(r, "micro_batch", at, "integer"),
+                                          1e3 * s.field(r, "measured_s", at, "number"), min(repeats), max(repeats),
+                                          1e3 * s.field(r, "predicted_s", at, "number"),
+                                          1e3 * s.field(r, "predicted_flops_s", at, "number")))
+    panels = [(k, sorted(v)) for k, v in sorted(grids.items(), key=lambda kv: (kv[0][1] * kv[0][2] * kv[0][3], kv[0]))
+              if len(v) >= 2]
+    if not panels:  # a sweep of one micro-batch size: one panel of all runs, nothing to compare
+        panels = [(k, sorted(v)) for k, v in sorted(grids.items())]
+    cols = min(4, len(panels))
+    rows = (len(panels) + cols - 1) // cols
+    script = ("set multiplot layout " + f"{rows},{cols} title " +
+              quote("Step time against micro-batch size (sequences), per grid: measured (points, the repeats' range) "
+                    "and predicted (lines)\nthe global batch is fixed, so a smaller micro-batch means more of them: "
+                    "less bubble, but each runs slower per token") +
+              '\nset border 3\nset grid lc rgb "#DDDDDD"\nset xtics nomirror\nset ytics nomirror\n'
+              "set logscale x 2\nset key top right font \",9\"\nset xlabel \"micro-batch size\"\n"
+              "set ylabel \"step time (ms)\"\n")
+    for (preset, d, p, t), pts in panels:
+        sizes = [x[0] for x in pts]
+        top = 1.2 * max(max(x[3], x[4], x[5]) for x in pts)
+        script += (f"set title {quote(f'{preset} d={d} p={p} t={t}')}\n"
+                   f"set xrange [{min(sizes) / 1.5!r}:{max(sizes) * 1.5!r}]\nset yrange [0:{top!r}]\n" +
+                   tics("x", [(x, str(x)) for x in sizes], "nomirror") +
+                   "plot '-' using 1:2:3:4 with yerrorbars pt 7 ps 1.2 lc rgb \"#333333\" title \"measured\", "
+                   f"'-' using 1:5 with linespoints lw 2 pt 5 lc rgb {quote(world_colour(d * p * t))} "
+                   "title \"with the profile\", '-' using 1:6 with linespoints dt 2 pt 4 lc rgb " +
+                   quote(FLOPS_COLOUR) + ' title "counting FLOPs"\n' + inline(pts) * 3)
+    return 420 * cols, 80 + 340 * rows, script + "unset multiplot\n"
 
 
 def clusters_figure(s):
@@ -477,8 +679,10 @@ def clusters_figure(s):
     return 1000 * cols, 110 + rows * (200 + 45 * tallest), script + "unset multiplot\n"
 
 
-# planner_accuracy.png and planner_clusters.png from runs_dir/summary.json, both read before either is drawn.
+# planner_accuracy.png, planner_micro_batch.png and planner_clusters.png from runs_dir/summary.json, all read
+# before any is drawn.
 draw = summary_figures("bench/planner.py", [("planner_accuracy.png", accuracy_figure),
+                                            ("planner_micro_batch.png", micro_batch_figure),
                                             ("planner_clusters.png", clusters_figure)])
 
 
@@ -501,23 +705,41 @@ def main(argv=None):
     fallback = links[max(links)] if links else ({"bandwidth": 1e9, "latency": 1e-6}, None)
     descriptions = {w: describe(args, w, gemm, together, threads, memory, *(links.get(w) or (fallback[0], None)))
                     for w in worlds}
-    records = [predict(args, r, settings, descriptions[r["dp"] * r["pp"] * r["tp"]]) for r in grid["records"]]
-    acc = accuracy(records)
+    presets = sorted({r["preset"] for r in grid["records"]})
+    profiles = {p: profile_layers(args, p, grid["records"], settings) for p in presets}
+    concurrency = {(p, w): measure_concurrency(args, p, grid["records"], settings, w) for p in presets for w in worlds
+                   if w > 1}
+    profiled = {(p, w): describe_profiled(args, w, p, gemm, threads, memory, descriptions[w]["link"], profiles[p],
+                                          concurrency.get((p, w)))
+                for p in presets for w in worlds}
+    records = [predict(args, r, settings, profiled[(r["preset"], r["dp"] * r["pp"] * r["tp"])],
+                       descriptions[r["dp"] * r["pp"] * r["tp"]]) for r in grid["records"]]
+    noise = noise_of(grid, records)
+    sigma = noise["sigma_relative"]
+    acc, acc_flops = accuracy(records, "predicted_s", sigma), accuracy(records, "predicted_flops_s", sigma)
+    for r, m, p in zip(records, ranks([r["measured_s"] for r in records]), ranks([r["predicted_s"] for r in records])):
+        r["measured_rank"], r["predicted_rank"] = m, p
+    choices = micro_batch_choices(records, sigma)
     note = (f"{cores} cores, {memory / 2**30:.1f} GiB; GEMM {gemm:.1f} GFLOP/s for one process alone "
             f"({threads} thread(s)), {sum(together) / len(together):.1f} each with {len(together)} at once "
-            f"({sum(together):.1f} in all); a device of W > 1 computes at the latter, and when the W processes "
-            f"need more cores than there are, the node gives at most the sum (shared_flops); its memory is "
-            f"the RAM / W; the link Gloo's all-reduce among W processes on this machine")
+            f"({sum(together):.1f} in all). Profiled: each layer's measured time (profile_layers, one process), "
+            f"and a node of W processes computes as `concurrency` of them at once (measured: W copies of the "
+            f"profile at once against one). Counting FLOPs (the planner without a profile): a device of W > 1 "
+            f"computes at the GEMM rate with every core busy, and when the W processes need more cores than there "
+            f"are, the node gives at most the sum (shared_flops). Memory: the RAM / W; the link: Gloo's "
+            f"all-reduce among W processes on this machine")
     summary = {"settings": {"grid": args.grid, "grid_settings": settings, "min_bytes": args.min_bytes,
                             "max_bytes": args.max_bytes, "iters": args.iters, "warmup": args.warmup,
-                            "command": command_line(argv)},
+                            "profile_repeats": args.profile_repeats, "command": command_line(argv)},
                "machine": {"cores": cores, "memory_bytes": memory, "gemm_gflops": gemm,
                            "gemm_gflops_together": together, "threads": threads,
                            "note": note},
                "descriptions": [descriptions[w] for w in worlds],
-               "records": records, "accuracy": acc, "amp_reference": AMP_REFERENCE,
+               "profiled_descriptions": [profiled[k] for k in sorted(profiled)],
+               "records": records, "noise": noise, "accuracy": acc, "accuracy_flops": acc_flops,
+               "micro_batch_choices": choices, "amp_reference": AMP_REFERENCE,
                "clusters": example_clusters(args)}
-    summary["checks"] = checks(acc)
+    summary["checks"] = checks(acc, noise, choices)
     write_summary(args.out, summary, markdown)
     draw_figures(args, draw)
 

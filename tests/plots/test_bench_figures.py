@@ -60,12 +60,24 @@ def strategy(label, pipeline, data):
     return {"label": label, "pipeline_s": pipeline, "data_s": data, "total_s": pipeline + data}
 
 
+def run(label, d, p, t, m, mb, measured, predicted, flops):
+    return {"label": label, "preset": "cpu-small", "dp": d, "pp": p, "tp": t, "chunks": m, "micro_batch": mb,
+            "reference": d * p * t == 1, "measured_s": measured, "measured_repeats_s": [measured, 1.02 * measured],
+            "predicted_s": predicted, "predicted_flops_s": flops}
+
+
+def accuracy(rho, rank, error):
+    return {"spearman": rho, "kendall": rho - 0.1, "measured_best": "d=2 p=1 t=1 m=1",
+            "measured_best_predicted_rank": rank, "mean_abs_relative_error": error}
+
+
 PLANNER = {"machine": {"cores": 2, "gemm_gflops": 100.0},
-           "records": [{"label": "d=1 p=1 t=1", "reference": True, "measured_s": 0.02, "predicted_s": 0.018},
-                       {"label": "d=2 p=1 t=1", "reference": False, "measured_s": 0.015, "predicted_s": 0.012},
-                       {"label": "d=1 p=2 t=1", "reference": False, "measured_s": 0.017, "predicted_s": 0.016}],
-           "accuracy": {"spearman": 0.8, "measured_best": "d=2 p=1 t=1", "measured_best_predicted_rank": 1,
-                        "mean_abs_relative_error": 0.15},
+           "records": [run("d=1 p=1 t=1 m=1", 1, 1, 1, 1, 4, 0.02, 0.018, 0.01),
+                       run("d=2 p=1 t=1 m=1", 2, 1, 1, 1, 2, 0.015, 0.012, 0.006),
+                       run("d=2 p=1 t=1 m=2", 2, 1, 1, 2, 1, 0.016, 0.013, 0.006),
+                       run("d=1 p=2 t=1 m=1", 1, 2, 1, 1, 4, 0.017, 0.016, 0.008)],
+           "accuracy": accuracy(0.8, 1, 0.15), "accuracy_flops": accuracy(0.7, 2, 0.5),
+           "noise": {"spearman_between_repeats": 0.95},
            "clusters": [{"name": "v100_node", "cluster": "one node of 8 V100", "model": "GPT-2 124M", "batch": 512,
                          "seq_len": 1024, "strategies": [strategy("d=8 p=1 t=1 mb=2 1f1b", 1.2, 0.1),
                                                          strategy("d=4 p=2 t=1 mb=2 1f1b", 1.3, 0.05)]},
@@ -76,7 +88,7 @@ PLANNER = {"machine": {"cores": 2, "gemm_gflops": 100.0},
 BENCHMARKS = {"tensor_parallel": (tensor_parallel, TP, ["tp_throughput_communication.png"]),
               "zero": (zero, ZERO, ["zero_memory.png", "ring_bandwidth.png"]),
               "grid": (grid, GRID, ["grid_sweep.png"]),
-              "planner": (planner, PLANNER, ["planner_accuracy.png", "planner_clusters.png"])}
+              "planner": (planner, PLANNER, ["planner_accuracy.png", "planner_micro_batch.png", "planner_clusters.png"])}
 
 
 class BenchFigures(unittest.TestCase):
@@ -167,8 +179,10 @@ class BenchFigures(unittest.TestCase):
     def test_no_spearman_is_drawn_as_not_available(self):
         s = copy.deepcopy(PLANNER)
         s["accuracy"]["spearman"] = None
+        s["accuracy"]["kendall"] = None
+        s["noise"]["spearman_between_repeats"] = None
         self.write(s)
-        self.assertEqual(len(self.draw("planner")), 2)
+        self.assertEqual(len(self.draw("planner")), 3)
 
     def test_gnuplot_errors_come_back_and_leave_no_file(self):
         png = os.path.join(self.dir, "bad.png")
