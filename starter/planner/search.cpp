@@ -101,10 +101,6 @@ double computing_seconds(const ModelSpec& model, int64_t first, int64_t last, do
                                static_cast<double>(s.tp));
 }
 
-bool shares(const Cluster& cluster) {
-  return std::any_of(cluster.nodes.begin(), cluster.nodes.end(), [](const Node& n) { return n.shared_flops > 0; });
-}
-
 }  // namespace
 
 std::vector<int64_t> even_partition(const ModelSpec& model, int64_t pp) {
@@ -154,8 +150,10 @@ Cost strategy_cost(const Cluster& cluster, const ModelSpec& model, const Workloa
   const double tokens = static_cast<double>(s.micro_batch * work.seq_len);
   std::vector<int64_t> everyone(static_cast<size_t>(s.world()));
   std::iota(everyone.begin(), everyone.end(), 0);
-  std::vector<double> alone;  // with a shared node: T_j while only stage j computes (the fill and drain)
   c.contention = 1;
+  // A pipeline keeps its stages busy 1 - bubble of the step: on average that share of the
+  // ranks compute at once.
+  c.bubble = bubble_fraction(s.pp, c.micro_batches, s.schedule, s.chunks);
   double room = std::numeric_limits<double>::infinity();
   for (int64_t j = 0; j < s.pp; ++j) {
     const int64_t first = b[static_cast<size_t>(j)], last = b[static_cast<size_t>(j + 1)];
@@ -169,19 +167,15 @@ Cost strategy_cost(const Cluster& cluster, const ModelSpec& model, const Workloa
                                                           tokens, stage_link(cluster, s, j))
                                     : 0.0;
     const int64_t measured = profiled_with_tensor_parallelism(device) ? s.tp : 1;
-    // The steady state: min(m, p) of the p stages busy at once (every stage, when m >= p).
-    const double all = contention(cluster, ranks, everyone, static_cast<double>(std::min(c.micro_batches, s.pp)) /
-                                                                static_cast<double>(s.pp), measured);
-    const double own = contention(cluster, ranks, ranks, 1.0, measured);  // the fill and drain: this stage alone
+    const double all = contention(cluster, ranks, everyone, 1 - c.bubble, measured);
     // Computing is slowed by the ranks that share the cores. Waiting in a tensor-parallel
     // all-reduce (in a profile that holds them: its time less a t-th of the layers' time at
     // t = 1) is slowed only while other stages compute: the stage's own ranks all wait at once,
     // giving their cores away, but another stage's ranks keep theirs busy.
-    const double working = all > 1 || own > 1 ? computing_seconds(model, first, last, tokens, s, device, compute) : 0.0;
-    const double others = std::min(c.micro_batches, s.pp) > 1 ? all : 1.0;
+    const double working = all > 1 ? computing_seconds(model, first, last, tokens, s, device, compute) : 0.0;
+    const double others = s.pp > 1 && c.micro_batches > 1 ? all : 1.0;
     const double busy = compute + working * (all - 1) + (compute - working) * (others - 1);
     c.stage_seconds.push_back(busy + tensor + p2p);
-    alone.push_back(compute + working * (own - 1) + tensor + p2p);
     if (c.stage_seconds.back() >= *std::max_element(c.stage_seconds.begin(), c.stage_seconds.end())) {
       c.compute = busy;
       c.tensor = tensor;
@@ -202,9 +196,6 @@ Cost strategy_cost(const Cluster& cluster, const ModelSpec& model, const Workloa
   }
   c.fits = room >= 0;
   c.pipeline = pipeline_seconds(c.stage_seconds, c.micro_batches, s.schedule, s.chunks);
-  if (shares(cluster))  // the first micro-batch's way through (one stage busy at a time) at the stages' own pace
-    c.pipeline += pipeline_seconds(alone, 1, s.schedule, s.chunks) - pipeline_seconds(c.stage_seconds, 1, s.schedule, s.chunks);
-  c.bubble = bubble_fraction(s.pp, c.micro_batches, s.schedule, s.chunks);
   c.total = c.pipeline + c.optimizer + c.data;
   return c;
 }

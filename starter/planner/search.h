@@ -11,17 +11,15 @@
 // rank's memory_per_rank fits its device.
 //
 // On a node whose devices share processors (cluster.h, shared_flops: c = shared_flops / flops
-// of them compute at full speed at once, n > c each at c / n of it), a stage's compute is
-// slower while the other stages compute too. The pipeline term is then pipeline_seconds(T, m)
-// with T's compute slowed by the ranks of min(m, p) stages busy at once (the steady state;
-// every stage when m >= p), except for one micro-batch's way through, the fill and the drain,
-// at the pace of the stage's own ranks alone:
-// pipeline_seconds(T, m) - pipeline_seconds(T, 1) + pipeline_seconds(T_alone, 1).
+// of them compute at full speed at once, n > c each at c / n of it), a stage computes slower
+// while others compute too. A pipeline keeps its stages busy 1 - bubble_fraction of the step,
+// so on average n = (1 - bubble) x the node's ranks compute at once, and every stage's compute
+// is slowed by that n (data and tensor parallelism: every rank at once).
 // A profile that holds the tensor-parallel all-reduces (planner/profile.h) replaces the tensor
 // term; it was measured with its t ranks busy, so the slowdown counts from there. Of its time,
 // the computing part (the layers' time at t = 1 / t: the profile then needs t = 1 too) is
-// slowed as above; the rest, waiting in all-reduces, only while other stages compute (the
-// stage's own ranks all wait at once and give their cores away).
+// slowed as above; the rest, waiting in all-reduces, only when other stages compute meanwhile
+// (p > 1 and m > 1: the stage's own ranks all wait at once and give their cores away).
 //
 // search: every dp x pp x tp = the cluster's devices (t dividing the model's heads, at most one
 // stage per layer), every micro-batch size that divides the batch, every schedule and ZeRO

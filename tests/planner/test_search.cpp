@@ -129,10 +129,10 @@ TEST(PlannerSearch, SharedProcessorsSlowRanksThatComputeAtOnce) {
   EXPECT_THROW(pl::cluster_from_json(j), kit::Error);
 }
 
-TEST(PlannerSearch, ASharedNodesPipelineFillsAtOneStagesPaceAndRunsAtAllOfTheirs) {
-  // Two stages (layer a, then b) on a node that computes one at a time. While both stages
-  // compute (m - 1 micro-batches' worth) each runs at half speed; the first micro-batch's way
-  // through, one stage at a time, at full speed: (m - 1) max T_all + sum T_alone.
+TEST(PlannerSearch, ASharedNodesPipelineIsSlowedByTheRanksItKeepsBusy) {
+  // Two stages (layer a, then b) on a node that computes one at a time. 1F1B with m = 4 keeps
+  // its stages busy 1 - bubble = 4/5 of the step: on average 1.6 ranks compute at once, each
+  // at 1/1.6 of its speed. The sends are not slowed.
   nlohmann::json j = pl::to_json(one_node(2, 1e9));
   j["nodes"][0]["shared_flops"] = 1e12;
   pl::Strategy s;
@@ -140,10 +140,12 @@ TEST(PlannerSearch, ASharedNodesPipelineFillsAtOneStagesPaceAndRunsAtAllOfTheirs
   const pl::Cost c = pl::strategy_cost(pl::cluster_from_json(j), two_layers(), {4, 10}, s);  // m = 4
   const double a = 3 * 1e9 * 10 / 1e12, b = 3 * 3e9 * 10 / 1e12;    // 0.03 s, 0.09 s per micro-batch
   const double send = 2 * (1e-5 + 400 * 10 / 1e9);                 // a's output forward, its gradient back
-  EXPECT_NEAR(c.pipeline, 3 * (2 * b) + (a + send) + b, 1e-12);
-  EXPECT_EQ(c.contention, 2.0);
+  EXPECT_NEAR(c.contention, 1.6, 1e-12);
+  EXPECT_NEAR(c.pipeline, 3 * (1.6 * b) + (1.6 * a + send) + 1.6 * b, 1e-12);  // (m - 1) max T + sum T
   const pl::Cost unshared = pl::strategy_cost(one_node(2, 1e9), two_layers(), {4, 10}, s);
-  EXPECT_NEAR(unshared.pipeline, 3 * b + (a + send) + b, 1e-12);  // AMP's (m - 1) max T + sum T
+  EXPECT_NEAR(unshared.pipeline, 3 * b + (a + send) + b, 1e-12);
+  s.micro_batch = 4;  // m = 1: one stage at a time, no one to share with
+  EXPECT_NEAR(pl::strategy_cost(pl::cluster_from_json(j), two_layers(), {4, 10}, s).contention, 1.0, 1e-12);
 }
 
 // The three layers of planner_test_util.h on two devices (1e12 FLOP/s each), a batch of 2
