@@ -106,19 +106,25 @@ std::vector<Timing> time_layers(const GPT2Config& cfg, const std::string& kind, 
   std::vector<std::unique_ptr<Shard>> shards;
   for (const int64_t r : rows) shards.push_back(make_shard(cfg, kind, group, r, seq_len));
   std::vector<std::vector<double>> forward(rows.size()), backward(rows.size());
-  for (int k = 0; k < warmup + repeats; ++k)
-    for (size_t i = 0; i < shards.size(); ++i) {  // in turn: a drift of the machine's speed hits every size alike
+  // In rounds, each size in turn: a drift of the machine's speed hits every size alike. Within
+  // a round a size runs back to back, its gradients adding up, as a step's micro-batches do.
+  const int rounds = std::min(repeats, 4);
+  for (int round = 0; round < rounds; ++round)
+    for (size_t i = 0; i < shards.size(); ++i) {
       Shard& s = *shards[i];
-      for (auto& p : s.parameters()) p.mutable_grad() = torch::Tensor();  // every run as a step's first
-      dist::barrier(group);
-      auto start = std::chrono::steady_clock::now();
-      const torch::Tensor out = s.forward();
-      const double f = seconds_since(start);
-      start = std::chrono::steady_clock::now();
-      if (s.seed.defined()) out.backward(s.seed);
-      else out.backward();
-      const double b = seconds_since(start);
-      if (k >= warmup) forward[i].push_back(f), backward[i].push_back(b);
+      for (auto& p : s.parameters()) p.mutable_grad() = torch::Tensor();
+      const int timed = repeats / rounds + (round < repeats % rounds ? 1 : 0);
+      for (int k = 0; k < warmup + timed; ++k) {
+        dist::barrier(group);
+        auto start = std::chrono::steady_clock::now();
+        const torch::Tensor out = s.forward();
+        const double f = seconds_since(start);
+        start = std::chrono::steady_clock::now();
+        if (s.seed.defined()) out.backward(s.seed);
+        else out.backward();
+        const double b = seconds_since(start);
+        if (k >= warmup) forward[i].push_back(f), backward[i].push_back(b);
+      }
     }
   std::vector<Timing> out;
   for (size_t i = 0; i < shards.size(); ++i) {

@@ -35,8 +35,10 @@ struct Timing {
 };
 
 // Collective over `group` (its size is t): every member calls it with the same arguments.
-// One Timing per micro-batch size of `rows`, the sizes run in turn within each repeat (a
-// drift of the machine's speed then hits every size alike). kit::Error for an unknown kind,
+// One Timing per micro-batch size of `rows`, measured in up to 4 rounds of every size in turn
+// (a drift of the machine's speed then hits every size alike), a size's runs of a round back
+// to back with its gradients adding up, as a step's micro-batches run; --warmup untimed runs
+// start each size's turn. kit::Error for an unknown kind,
 // t not dividing n_head, n_embd and vocab_size, or rows, seq_len or repeats below 1.
 std::vector<Timing> time_layers(const GPT2Config& cfg, const std::string& kind, const dist::Group& group,
                                 const std::vector<int64_t>& rows, int64_t seq_len, int warmup, int repeats);
