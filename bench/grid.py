@@ -4,7 +4,7 @@
     python3 bench/grid.py                                  # cpu-small, W = 4, batch 16 x 128: about a minute on 2 cores
     python3 bench/grid.py --preset tiny --world-size 2 --grids "2,1,1 1,2,1 1,1,2" --batch-size 4 \\
         --chunks 2 --seq-len 16 --vocab-size 64 --steps 1 --warmup 1   # smoke: seconds
-    python3 bench/grid.py --world-size 2 4 --chunks 1 2 4 8 --repeats 2 --steps 10 \\
+    python3 bench/grid.py --world-size 2 4 --chunks 1 2 4 8 --repeats 2 --steps 10 --profile-repeats 40 \\
         --out runs/planner_sweep                           # the planner's sweep (bench/planner.py --grid)
 
 For every factorisation d x p x t = W (--world-size, default 4: 4,1,1  2,2,1  2,1,2  1,4,1
@@ -36,7 +36,9 @@ summary.json, the input of a planner that predicts these numbers:
              beside the reference, skipped ones included), global batch_size, chunks (m per
              replica: a number when one m is given, else the list), chunks_list (always the
              list), repeats, seq_len, vocab_size, steps (timed), warmup, schedule, threads,
-             dropout, command
+             dropout, profiles ({preset: OUT/profiles/<preset>.json} with --profile-repeats: the
+             layers profiled at the end of every round, each time the rounds' mean; else {}),
+             command
   machine    cores (os.cpu_count()), max_processes, oversubscribed (processes > cores: the
              ranks then share cores and every time below includes waiting for a core), note
   records    one per (preset, grid, m) run, per preset the reference first, each grid with its
@@ -76,11 +78,12 @@ summary.json, the input of a planner that predicts these numbers:
   checks     [{name, goal, value, status: PASS | MISS}]
 Python 3 standard library only.
 """
+import json
 import os
 import statistics
 import sys
 
-from bench_process import (argument_parser, checks_lines, command_line, common_options, kendall_tau, rel_diff,
+from bench_process import (argument_parser, checks_lines, command_line, common_options, kendall_tau, rel_diff, run,
                            run_ranks, spearman, table_head, write_summary)
 from gnuplot_png import (BAR_STYLE, Summary, bar_panel, draw_figures, figure_options, inline, quote, render_png,
                          stacked, tics)
@@ -109,6 +112,10 @@ def parse_args(argv=None):
     ap.add_argument("--seq-len", type=int, default=128)
     ap.add_argument("--vocab-size", type=int, default=1000, help="synthetic tokens (t must divide it)")
     ap.add_argument("--schedule", default="1f1b", choices=["gpipe", "1f1b"])
+    ap.add_argument("--profile-repeats", type=int, default=0,
+                    help="also profile the layers (build/profile_layers, this many runs per measurement) at the end "
+                         "of every round, so that bench/planner.py prices the runs with the machine as fast as it "
+                         "was while they ran (0: no profile)")
     common_options(ap, steps=20, warmup=2, threads=1, timeout=600, out="runs/grid")
     figure_options(ap)
     return ap.parse_args(argv)
@@ -249,6 +256,9 @@ def measure(args, grids, chunks):
             if (d, p, t) == (1, 1, 1):
                 r0 = done[key][0][1][0]
                 model[preset] = (r0["n_layer"], r0["n_head"], r0["n_embd"])
+        if args.profile_repeats > 0:
+            for preset in args.presets:
+                profile_round(args, preset, [key for key in todo if key[0] == preset and key not in dropped], repeat)
     records = [make_record(args, preset, d, p, t, m, label(d, p, t, m if several_m else None), runs)
                for (preset, (d, p, t), m), runs in done.items() if runs]
     for r in records:  # every repeat's losses against the first repeat's of the reference of its preset and m
@@ -257,6 +267,41 @@ def measure(args, grids, chunks):
     for r in records:
         del r["repeat_losses"]
     return records, skipped
+
+
+def profile_round(args, preset, keys, repeat):
+    """build/profile_layers for the preset as this round ran it (every t, every micro-batch
+    size): OUT/profiles/<preset>/round<R>.json."""
+    out = os.path.join(args.out, "profiles", preset, f"round{repeat + 1}.json")
+    tps = sorted({t for _, (_, _, t), _ in keys})
+    sizes = sorted({args.batch_size // (d * m) for _, (d, _, _), m in keys})
+    run([os.path.join(args.build, "profile_layers"), "--preset", preset, "--seq-len", str(args.seq_len),
+         "--vocab-size", str(args.vocab_size), "--threads", str(args.threads), "--tp", ",".join(map(str, tps)),
+         "--micro-batches", ",".join(map(str, sizes)), "--repeats", str(args.profile_repeats), "--out", out]
+        + (["--n-layer", str(args.n_layer)] if args.n_layer else []), args.timeout, "run_3d profile_layers")
+
+
+def merge_profiles(args):
+    """Each preset's rounds' profiles as one, OUT/profiles/<preset>.json: every time the mean of
+    the rounds' (as a record's step time is the mean of its repeats), spread the largest."""
+    out = {}
+    for preset in args.presets:
+        rounds = [json.load(open(os.path.join(args.out, "profiles", preset, f"round{k + 1}.json")))
+                  for k in range(args.repeats)]
+        merged = rounds[0]
+        for section, keys, fields in (("times", ("kind", "tp", "micro_batch"), ("forward_s", "backward_s")),
+                                      ("optimizer", ("kind", "tp"), ("seconds",))):
+            for entry in merged[section]:
+                same = [next(e for e in r[section] if all(e[k] == entry[k] for k in keys)) for r in rounds]
+                for f in fields:
+                    entry[f] = statistics.mean(e[f] for e in same)
+                if "spread" in entry:
+                    entry["spread"] = max(e["spread"] for e in same)
+        merged["rounds"] = len(rounds)
+        out[preset] = os.path.join(args.out, "profiles", preset + ".json")
+        with open(out[preset], "w") as f:
+            json.dump(merged, f, indent=1)
+    return out
 
 
 def noise(records, repeats):
@@ -416,6 +461,8 @@ def main(argv=None):
     for flag, values in (("--world-size", args.world_size), ("--chunks", args.chunks), ("--repeats", [args.repeats])):
         if min(values) < 1:
             sys.exit(f"error: {flag} must be at least 1 (got {' '.join(map(str, values))})")
+    if args.profile_repeats < 0:
+        sys.exit(f"error: --profile-repeats must be 0 (no profile) or more (got {args.profile_repeats})")
     args.world_size, args.chunks = list(dict.fromkeys(args.world_size)), list(dict.fromkeys(args.chunks))
     grids = (parse_grids(args.grids, args.world_size) if args.grids else
              [g for w in args.world_size for g in factorisations(w)])
@@ -423,6 +470,7 @@ def main(argv=None):
     chunks, batch_skipped = plan_chunks(args, grids)
     os.makedirs(args.out, exist_ok=True)
     records, fit_skipped = measure(args, grids, chunks)
+    profiles = merge_profiles(args) if args.profile_repeats > 0 else {}
     several_m = len(args.chunks) > 1
     skipped = {(preset, g, m): why for preset in args.presets for g, m, why in batch_skipped}
     skipped.update({(preset, g, m): why for preset, g, m, why in fit_skipped})
@@ -433,7 +481,7 @@ def main(argv=None):
                             "chunks": args.chunks if several_m else args.chunks[0], "chunks_list": args.chunks,
                             "repeats": args.repeats, "seq_len": args.seq_len, "vocab_size": args.vocab_size,
                             "steps": args.steps, "warmup": args.warmup, "schedule": args.schedule,
-                            "threads": args.threads, "dropout": 0.0,
+                            "threads": args.threads, "dropout": 0.0, "profiles": profiles,
                             "command": command_line(argv)},
                "machine": machine(args, grids + [(1, 1, 1)]),
                "records": records,

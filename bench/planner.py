@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The planner judged against a measured sweep (Problem 8): AMP's question, on this machine.
 
-    python3 bench/grid.py --world-size 2 4 --chunks 1 2 4 8 --repeats 2 --steps 10 --out runs/planner_sweep
+    python3 bench/grid.py --world-size 2 4 --chunks 1 2 4 8 --repeats 2 --steps 10 --profile-repeats 40 --out runs/planner_sweep
     python3 bench/planner.py                        # the sweep (about 5 minutes on 2 cores), then this (2 minutes)
     python3 bench/planner.py --grid runs/grid --out runs/planner --max-bytes 64K --iters 3 --no-figures
 
@@ -13,9 +13,11 @@ summary.json: every (d, p, t) of each W and the one-process run, at one or more 
 counts m, each measured once or more) and
 
   1. describes THIS machine the way the planner reads a cluster (planner/cluster.h):
-       - its layers: build/profile_layers for the sweep's model, every t and micro-batch
-         size it ran (each t as t processes running Problem 4's layers, all-reduces included;
-         --profile-repeats runs, their median): OUT/profiles/<preset>.json;
+       - its layers: the sweep's profile (grid.py --profile-repeats: build/profile_layers at
+         the end of every round, so with the machine as fast as while the runs ran; each t
+         as t processes running Problem 4's layers, all-reduces included), else
+         build/profile_layers now for every t and micro-batch size the sweep ran
+         (--profile-repeats runs, their median): OUT/profiles/<preset>.json;
        - how many of W processes compute at once: W copies of profile_layers (t = 1, the
          sweep's middle micro-batch size) at the same time against one alone, W x alone /
          together (2 cores: about 2 for W = 2, less than 2 for W = 4: sharing cores costs
@@ -149,7 +151,7 @@ def parse_args(argv=None):
 
 # ---- the sweep --------------------------------------------------------------------------------
 
-SWEEP = "python3 bench/grid.py --world-size 2 4 --chunks 1 2 4 8 --repeats 2 --steps 10 --out {grid}"
+SWEEP = "python3 bench/grid.py --world-size 2 4 --chunks 1 2 4 8 --repeats 2 --steps 10 --profile-repeats 40 --out {grid}"
 
 
 def read_grid(grid_dir):
@@ -247,8 +249,17 @@ def shape_args(record, settings):
 
 
 def profile_layers(args, preset, records, settings):
-    """profile_layers for the sweep's model: every t and micro-batch size it ran, one process
-    with the sweep's threads (as each rank computes): OUT/profiles/<preset>.json."""
+    """The sweep's model profiled: the sweep's own profile when it took one (grid.py
+    --profile-repeats: at the end of every round, the machine then as fast as while the runs
+    ran), else profile_layers now for every t and micro-batch size it ran, with the sweep's
+    threads per process: OUT/profiles/<preset>.json."""
+    own = settings.get("profiles", {}).get(preset)
+    if own:
+        if not os.path.isfile(own):
+            sys.exit(f"error: the sweep's profile {own} does not exist: run the sweep again "
+                     f"({SWEEP.format(grid=args.grid)})")
+        print(f"the sweep's profile of {preset}: {own}", flush=True)
+        return own
     mine = [r for r in records if r["preset"] == preset]
     path = os.path.join(args.out, "profiles", preset + ".json")
     run([os.path.join(args.build, "profile_layers"), "--preset", preset, *shape_args(mine[0], settings),
@@ -403,13 +414,13 @@ def micro_batch_choices(records, sigma, key="predicted_s"):
     fastest (predictions `key`) against the measured fastest, and whether its measured time is
     within noise."""
     out = []
-    for key in sorted({(r["preset"], r["dp"], r["pp"], r["tp"]) for r in records}):
-        mine = [r for r in records if (r["preset"], r["dp"], r["pp"], r["tp"]) == key]
+    for grid in sorted({(r["preset"], r["dp"], r["pp"], r["tp"]) for r in records}):
+        mine = [r for r in records if (r["preset"], r["dp"], r["pp"], r["tp"]) == grid]
         if len(mine) < 2:
             continue
         best = min(mine, key=lambda r: r["measured_s"])
         chosen = min(mine, key=lambda r: r[key])
-        out.append({"preset": key[0], "grid": best["grid"], "sizes": sorted(r["micro_batch"] for r in mine),
+        out.append({"preset": grid[0], "grid": best["grid"], "sizes": sorted(r["micro_batch"] for r in mine),
                     "measured_best_micro_batch": best["micro_batch"], "measured_best_s": best["measured_s"],
                     "chosen_micro_batch": chosen["micro_batch"], "chosen_measured_s": chosen["measured_s"],
                     "within_noise": within_noise(chosen, best, sigma)})
