@@ -54,7 +54,7 @@ counts m, each measured once or more) and
 
 Writes OUT/summary.json, OUT/summary.md (also printed) and, with gnuplot (unless --no-figures;
 --redraw: only draw them again from OUT/summary.json, --figures DIR: into DIR),
-OUT/figures/planner_accuracy.png (predicted against measured, one point per run, with the
+OUT/figures/planner_accuracy.png (predicted against measured on log axes, one point per run, with the
 profile and counting FLOPs, y = x and +-15 %), planner_micro_batch.png (per grid, step time
 against micro-batch size, measured and predicted) and planner_clusters.png (the best
 strategies of each example cluster). summary.json:
@@ -625,14 +625,16 @@ def accuracy_figure(s):
     heading = (f"The planner against {len(points)} measured runs of this machine\n{line('with the profile', acc)}\n"
                f"{line('counting FLOPs', flops)}\nnoise ceiling (repeat 1 against repeat 2): Spearman "
                f"{'n/a' if ceiling is None else format(ceiling, '.3f')}")
-    top = 1.1 * max(max(p[3], p[4], p[5]) for p in points)
+    # Log axes: the runs span a factor of ten or more, and a ratio (the error) is then a distance.
+    top = 1.25 * max(max(p[3], p[4], p[5]) for p in points)
+    bottom = 0.8 * min(min(p[2], p[4], p[5]) for p in points)
     worlds = sorted({p[0] for p in points})
     script = (f"set title {quote(heading)}\n"
               'set border 3\nset grid lc rgb "#DDDDDD"\nset xtics nomirror\nset ytics nomirror\n'
-              "set size ratio -1\nset key top left\n"
-              'set xlabel "measured step time (ms): the slowest rank\'s mean; bar: the repeats\' range"\n'
-              'set ylabel "predicted step time (ms): plan\'s pipeline + optimizer + data terms"\n'
-              f"set xrange [0:{top!r}]\nset yrange [0:{top!r}]\n"
+              "set size ratio -1\nset key top left\nset logscale xy\n"
+              'set xlabel "measured step time (ms, log scale): the slowest rank\'s mean; bar: the repeats\' range"\n'
+              'set ylabel "predicted step time (ms, log scale): plan\'s pipeline + optimizer + data terms"\n'
+              f"set xrange [{bottom!r}:{top!r}]\nset yrange [{bottom!r}:{top!r}]\n"
               'plot x with lines dt 2 lw 1.5 lc rgb "#555555" title "y = x (predicted = measured)", '
               '1.15 * x with lines dt 3 lc rgb "#AAAAAA" title "+-15 %", 0.85 * x with lines dt 3 lc rgb "#AAAAAA" '
               "notitle, '-' using 2:6:3:4 with xerrorbars pt 6 ps 1.3 lc rgb " + quote(FLOPS_COLOUR) +
