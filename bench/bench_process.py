@@ -65,6 +65,17 @@ def run_ranks(cmd, out, world, timeout, targets, extra=()):
     return paths, [json.load(open(f)) for f in paths]
 
 
+def profile_layers(build, preset, model_args, tps, sizes, threads, repeats, out, timeout, targets):
+    """build/profile_layers for `preset` (model_args: its shape flags, e.g. --seq-len), every t
+    of tps and micro-batch size of sizes, `threads` per process, `repeats` runs per measurement:
+    the planner's profile (planner/profile.h) written to `out`, which is returned."""
+    run([os.path.join(build, "profile_layers"), "--preset", preset, *model_args,
+         "--tp", ",".join(str(t) for t in sorted(set(tps))),
+         "--micro-batches", ",".join(str(b) for b in sorted(set(sizes))),
+         "--threads", str(threads), "--repeats", str(repeats), "--out", out], timeout, targets)
+    return out
+
+
 def last_json_line(text, what):
     """The last line of a program's output that is a JSON object (bench prints one)."""
     for line in reversed(text.strip().splitlines()):

@@ -83,8 +83,8 @@ import os
 import statistics
 import sys
 
-from bench_process import (argument_parser, checks_lines, command_line, common_options, kendall_tau, rel_diff, run,
-                           run_ranks, spearman, table_head, write_summary)
+from bench_process import (argument_parser, checks_lines, command_line, common_options, kendall_tau, profile_layers,
+                           rel_diff, run_ranks, spearman, table_head, write_summary)
 from gnuplot_png import (BAR_STYLE, Summary, bar_panel, draw_figures, figure_options, inline, quote, render_png,
                          stacked, tics)
 
@@ -272,13 +272,13 @@ def measure(args, grids, chunks):
 def profile_round(args, preset, keys, repeat):
     """build/profile_layers for the preset as this round ran it (every t, every micro-batch
     size): OUT/profiles/<preset>/round<R>.json."""
-    out = os.path.join(args.out, "profiles", preset, f"round{repeat + 1}.json")
-    tps = sorted({t for _, (_, _, t), _ in keys})
-    sizes = sorted({args.batch_size // (d * m) for _, (d, _, _), m in keys})
-    run([os.path.join(args.build, "profile_layers"), "--preset", preset, "--seq-len", str(args.seq_len),
-         "--vocab-size", str(args.vocab_size), "--threads", str(args.threads), "--tp", ",".join(map(str, tps)),
-         "--micro-batches", ",".join(map(str, sizes)), "--repeats", str(args.profile_repeats), "--out", out]
-        + (["--n-layer", str(args.n_layer)] if args.n_layer else []), args.timeout, "run_3d profile_layers")
+    profile_layers(args.build, preset,
+                   ["--seq-len", str(args.seq_len), "--vocab-size", str(args.vocab_size)] +
+                   (["--n-layer", str(args.n_layer)] if args.n_layer else []),
+                   [t for _, (_, _, t), _ in keys], [args.batch_size // (d * m) for _, (d, _, _), m in keys],
+                   args.threads, args.profile_repeats,
+                   os.path.join(args.out, "profiles", preset, f"round{repeat + 1}.json"), args.timeout,
+                   "run_3d profile_layers")
 
 
 def merge_profiles(args):

@@ -107,6 +107,8 @@ import re
 import subprocess
 import sys
 
+import bench_process
+
 from bench_process import (checks_lines, command_line, kendall_tau, last_json_line, ranks, run, spearman, table_head,
                            write_summary)
 from gnuplot_png import draw_figures, figure_options, inline, legend, quote, rgb, summary_figures, tics
@@ -261,13 +263,9 @@ def profile_layers(args, preset, records, settings):
         print(f"the sweep's profile of {preset}: {own}", flush=True)
         return own
     mine = [r for r in records if r["preset"] == preset]
-    path = os.path.join(args.out, "profiles", preset + ".json")
-    run([os.path.join(args.build, "profile_layers"), "--preset", preset, *shape_args(mine[0], settings),
-         "--tp", ",".join(str(t) for t in sorted({r["tp"] for r in mine})),
-         "--micro-batches", ",".join(str(b) for b in sorted({r["micro_batch"] for r in mine})),
-         "--threads", str(settings["threads"]), "--repeats", str(args.profile_repeats), "--out", path],
-        args.timeout, TARGETS)
-    return path
+    return bench_process.profile_layers(args.build, preset, shape_args(mine[0], settings), [r["tp"] for r in mine],
+                                        [r["micro_batch"] for r in mine], settings["threads"], args.profile_repeats,
+                                        os.path.join(args.out, "profiles", preset + ".json"), args.timeout, TARGETS)
 
 
 def block_seconds(path):
