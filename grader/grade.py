@@ -388,6 +388,42 @@ def case_verdict(r, gtest_name, may_skip: bool, timeout):
                     "verdict and END 1\n" + out)
 
 
+def subject_status(r, timeout) -> str:
+    """How a subject process ended, in words (the judge's messages quote it)."""
+    if r["timed_out"]:
+        return f"was stopped after {timeout} s (the case's time limit)"
+    if r["exit"] < 0:
+        return f"was killed by signal {-r['exit']}"
+    return f"exited with status {r['exit']}"
+
+
+def judged_case(sandbox, program, gtest_name, scratch: Path, left, timeout, skip_ok):
+    """One case as subject + judge (tests/judge/judge.h). The subject, the suite's test program
+    with the student's code, runs the case and writes what the code produced to a pipe; it gets
+    no verdict channel and nothing it says or returns counts. Once every process it left is
+    gone, its records go into a file of the grader's, and the judge, the same tests linked with
+    no student object, reads them, computes the expected values and answers on the verdict
+    channel. The subject's being stopped at the time limit fails the case whatever it wrote."""
+    subject = sandbox.run([program["program"], f"--gtest_filter={gtest_name}"], scratch, left(),
+                          channel=False, subject=True)
+    status = subject_status(subject, timeout)
+    fd, path = tempfile.mkstemp(prefix="records-", dir=scratch)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(subject["subject_records"])
+        os.chmod(path, 0o644)  # the judge runs as a sandbox user: it reads, nobody else writes
+        judge = sandbox.run([program["judge"], f"--gtest_filter={gtest_name}"], scratch, left(),
+                            env={"KIT_JUDGE_RECORDS": path, "KIT_JUDGE_SUBJECT_STATUS": status})
+    finally:
+        os.unlink(path)
+    verdict, out = case_verdict(judge, gtest_name, skip_ok, timeout)
+    out = out.rstrip() + "\n---- the code under test (the subject process, which " + status + \
+        "): its output ----\n" + subject["output"]
+    if subject["timed_out"]:
+        return "fail", f"timeout: the case was stopped after {timeout} s (other cases are not affected)\n" + out
+    return verdict, out
+
+
 def wanted_cases(cases, items, rubric):
     """The cases the items grade: those their patterns match, but given_tests (given code's own
     checks, which pass with the stubs and so earn nothing)."""
@@ -405,9 +441,11 @@ def run_tests(sandbox, programs, cases, jobs: int, budget: int, test_timeout, ma
         timeout = test_timeout or programs[suite]["timeout"]
         if time.time() - t0 + 1 > budget:
             return name, ("fail", f"not run: the grading time budget of {budget} s ran out")
-        r = sandbox.run([programs[suite]["program"], f"--gtest_filter={gtest_name}"], scratch,
-                        min(timeout, max(1, budget - (time.time() - t0))))
         skip_ok = any(fnmatch.fnmatchcase(name, p) for p in may_skip)
+        left = lambda: min(timeout, max(1, budget - (time.time() - t0)))
+        if "judge" in programs[suite]:
+            return name, judged_case(sandbox, programs[suite], gtest_name, scratch, left, timeout, skip_ok)
+        r = sandbox.run([programs[suite]["program"], f"--gtest_filter={gtest_name}"], scratch, left())
         return name, case_verdict(r, gtest_name, skip_ok, timeout)
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:

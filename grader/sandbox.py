@@ -39,6 +39,10 @@ NPROC = 1024               # tasks (threads count) per sandbox user: bounds fork
 FSIZE = 256 * 1024 ** 2    # bytes per file a case may write (its output included)
 OUTPUT_KEEP = 64 * 1024    # bytes of a case's output kept for the report (the end)
 VERDICT_MAX = 1024 * 1024  # bytes read from the verdict pipe
+RECORDS_MAX = 256 * 1024 ** 2  # bytes read of a subject's records (tests/judge/judge.h: kMaxStreamBytes)
+# Variables of the grader's own environment that a case never inherits: the channel, and the
+# subject/judge plumbing (tests/judge/judge.h), which run() sets itself where it means to.
+PRIVATE_ENV = ("KIT_GRADER", "KIT_SUBJECT_RECORDS", "KIT_JUDGE_", "KIT_RANK_RECORDS")
 PR_SET_CHILD_SUBREAPER = 36
 
 
@@ -82,13 +86,17 @@ class Sandbox:
         return "sandbox: " + "; ".join(parts)
 
     # -------------------------------------------------------------- one case
-    def run(self, argv, cwd_parent: Path, timeout: float, channel: bool = True, keep: int = OUTPUT_KEEP):
+    def run(self, argv, cwd_parent: Path, timeout: float, channel: bool = True, keep: int = OUTPUT_KEEP,
+            subject: bool = False, env=None):
         """Runs argv in a fresh directory under cwd_parent. Returns a dict: records (verdict
         lines carrying this run's token, as (kind, rest) pairs), output (the end of stdout and
-        stderr), exit (status, -N for signal N), timed_out, seconds."""
+        stderr), exit (status, -N for signal N), timed_out, seconds. subject: the program is a
+        case's subject (tests/judge/judge.h), handed a pipe for its records
+        (KIT_SUBJECT_RECORDS); what it wrote there, at most RECORDS_MAX bytes, is in
+        "subject_records". env: more variables."""
         slot = self._take_slot()
         try:
-            return self._run(argv, cwd_parent, timeout, channel, slot, keep)
+            return self._run(argv, cwd_parent, timeout, channel, slot, keep, subject, env or {})
         finally:
             with self.lock:
                 self.free.append(slot)
@@ -113,9 +121,14 @@ class Sandbox:
                   "--no-new-privs", "--pdeathsig", "KILL", "--"]
         return p
 
-    def _run(self, argv, cwd_parent, timeout, channel, slot, keep):
+    def _run(self, argv, cwd_parent, timeout, channel, slot, keep, subject, more_env):
         token = secrets.token_hex(16)
-        env, fds, reader, kept = {}, [], None, None
+        env, fds, reader, kept, subject_reader = dict(more_env), [], None, None, None
+        if subject:
+            rec_r, rec_w = os.pipe()
+            env["KIT_SUBJECT_RECORDS"] = str(rec_w)
+            fds.append(rec_w)
+            subject_reader = _Reader(rec_r, RECORDS_MAX)
         if channel:
             tok_r, tok_w = os.pipe()
             ver_r, ver_w = os.pipe()
@@ -123,7 +136,7 @@ class Sandbox:
             os.close(tok_w)
             kept = os.dup(tok_r)  # to see afterwards that nobody took the token out
             env["KIT_GRADER_CHANNEL"] = f"{tok_r}:{ver_w}"
-            fds = [tok_r, ver_w]
+            fds += [tok_r, ver_w]
             reader = _Reader(ver_r)
         t0 = time.time()
         try:
@@ -138,8 +151,11 @@ class Sandbox:
             # The kit copies the token with tee(2) and never consumes it: whoever read it out
             # of its pipe was not the kit, and whatever the pipe says is void.
             records.append(("TAKEN", ""))
-        return {"records": records, "output": output, "exit": handle["proc"].returncode,
-                "timed_out": handle["timed_out"], "seconds": seconds}
+        out = {"records": records, "output": output, "exit": handle["proc"].returncode,
+               "timed_out": handle["timed_out"], "seconds": seconds}
+        if subject_reader:
+            out["subject_records"] = subject_reader.data_after_eof()
+        return out
 
     # -------------------------------------------------------------- a program, started and finished
     def start(self, argv, cwd_parent: Path, slot: int, pass_fds=(), env=None):
@@ -151,7 +167,7 @@ class Sandbox:
         home = Path(tempfile.mkdtemp(prefix="case-", dir=cwd_parent))
         if self.root:
             os.chown(home, uid, uid)
-        full_env = {k: v for k, v in os.environ.items() if not k.startswith("KIT_GRADER")}
+        full_env = {k: v for k, v in os.environ.items() if not k.startswith(PRIVATE_ENV)}
         full_env.update(HOME=str(home), TMPDIR=str(home), PWD=str(home))
         full_env.update(env or {})
         out_file = tempfile.TemporaryFile(dir=cwd_parent)
@@ -249,14 +265,21 @@ class Sandbox:
 class _Reader(threading.Thread):
     """Reads the verdict pipe until EOF or until told to stop (select, so never stuck)."""
 
-    def __init__(self, fd):
+    def __init__(self, fd, limit=VERDICT_MAX):
         super().__init__(daemon=True)
-        self.fd, self.data, self.stop = fd, bytearray(), threading.Event()
+        self.fd, self.data, self.stop, self.limit = fd, bytearray(), threading.Event(), limit
         self.start()
+
+    def data_after_eof(self) -> bytes:
+        """Everything read (at most the limit), once every writer is gone."""
+        self.join(timeout=5)
+        self.stop.set()
+        self.join()
+        return bytes(self.data[:self.limit])
 
     def run(self):
         try:
-            while not self.stop.is_set() and len(self.data) < VERDICT_MAX:
+            while not self.stop.is_set() and len(self.data) < self.limit:
                 ready, _, _ = select.select([self.fd], [], [], 0.1)
                 if ready:
                     chunk = os.read(self.fd, 65536)

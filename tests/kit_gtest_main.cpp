@@ -1,4 +1,10 @@
-// main() of every test program: GoogleTest's own, plus the grader's verdict channel.
+// main() of every test program: GoogleTest's own, the role the program plays (tests/judge/judge.h:
+// a plain run, the grader's subject, a rank, or, compiled with KIT_JUDGE_MAIN, the judge), and
+// the grader's verdict channel.
+//
+// Since graded cases run as subject + judge, the verdict comes from the judge, a program that
+// links no student object; the channel below still guards it, and every case of a suite
+// without a judge.
 //
 // ctest and a student run these programs as plain GoogleTest programs. The grader
 // (grader/grade.py) does not trust anything a test process prints, writes or returns:
@@ -36,7 +42,10 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <string>
+
+#include "judge/judge.h"
 
 namespace {
 
@@ -123,10 +132,63 @@ VerdictChannel* open_channel() {
   return new VerdictChannel();
 }
 
+// Every case starts reading its subject's records from the first.
+class CaseStart : public ::testing::EmptyTestEventListener {
+  void OnTestStart(const ::testing::TestInfo&) override { kit::judge::start_case(); }
+};
+
+// The variable's value, removed from the environment (so that nothing the program starts sees it).
+std::string take_env(const char* name) {
+  const char* v = std::getenv(name);
+  std::string out = v ? v : "";
+  ::unsetenv(name);
+  return out;
+}
+
+#if defined(KIT_JUDGE_MAIN)
+// The judge: the subject's records from the file the grader wrote (KIT_JUDGE_RECORDS), at most
+// kMaxStreamBytes of it, and how the subject ended (KIT_JUDGE_SUBJECT_STATUS, for messages).
+void set_role() {
+  const std::string path = take_env("KIT_JUDGE_RECORDS"), status = take_env("KIT_JUDGE_SUBJECT_STATUS");
+  if (path.empty()) {
+    std::fprintf(stderr,
+                 "this is a judge program: it judges the records a subject run of the suite's test program wrote.\n"
+                 "Run the suite's test program (test_<suite>) instead; the grader runs both: grader/README.md.\n");
+    std::exit(2);
+  }
+  std::ifstream in(path, std::ios::binary);
+  std::string stream;
+  char buf[65536];
+  while (in.read(buf, sizeof buf) || in.gcount() > 0) {
+    stream.append(buf, static_cast<size_t>(in.gcount()));
+    if (stream.size() > kit::judge::kMaxStreamBytes) break;
+  }
+  std::string why;
+  if (!kit::judge::become_judge(stream, status, &why))
+    std::fprintf(stderr, "the subject's records cannot be read (%s): every part of the case is judged missing\n",
+                 why.c_str());
+}
+#else
+// The grader's subject (KIT_SUBJECT_RECORDS=<fd>: records go there), a rank a subject part
+// started (KIT_RANK_RECORDS=<file>), or a plain run: both roles in this one process.
+void set_role() {
+  const std::string fd = take_env("KIT_SUBJECT_RECORDS"), rank = take_env("KIT_RANK_RECORDS");
+  if (!fd.empty()) {
+    const int n = std::atoi(fd.c_str());
+    ::fcntl(n, F_SETFD, FD_CLOEXEC);
+    kit::judge::become_subject(n);
+  } else if (!rank.empty()) {
+    kit::judge::become_rank(rank);
+  }
+}
+#endif
+
 }  // namespace
 
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
+  set_role();
+  ::testing::UnitTest::GetInstance()->listeners().Append(new CaseStart());  // gtest owns it
   VerdictChannel* channel = open_channel();
   if (channel) ::testing::UnitTest::GetInstance()->listeners().Append(channel);  // gtest owns it
   const int rc = RUN_ALL_TESTS();

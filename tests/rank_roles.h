@@ -1,8 +1,15 @@
 // Multi-process tests in one test program: each rank is a copy of the program running only
 // RankRole.Run with a role (a function registered by name), meeting at a store the test's
-// own process serves. A role checks its rank's results with GoogleTest expectations, so a
-// mismatch is a failed expectation inside the rank: its exit code and log come back here.
-// A suite that uses it has one file with RANK_ROLE_MAIN (see the end of this file).
+// own process serves. A suite that uses it has one file with RANK_ROLE_MAIN (see the end).
+//
+// Ranks run student code, so a rank is a subject (tests/judge/judge.h): a role registered with
+// RANK_SUBJECT(name) records what its rank's code produced into `out`, and decides nothing; the
+// case runs the ranks inside its own subject part (subject_ranks) and judges every rank's
+// record in its JUDGE part, computing the expected values there. Each rank writes its record to
+// a file when its role ends (or threw), which the case's subject reads back.
+// RANK_ROLE(name) is the older kind of role, which checks its own results with GoogleTest
+// expectations inside the rank (its exit code says whether they held): only for given code's
+// tests, never for a graded case.
 #pragma once
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -20,14 +27,16 @@
 #include "data_parallel/dp_test_util.h"
 #include "dist/dist.h"
 #include "dist/launch.h"
+#include "judge/judge.h"
 #include "kit/errors.h"
 
 namespace rank_test {
 namespace fs = std::filesystem;
 namespace dist = kit::dist;
 
-// A role runs on every rank after init_process_group; `group` is the whole world.
-using Role = std::function<void(const dist::Group& group)>;
+// A role runs on every rank after init_process_group; `group` is the whole world; `out` is the
+// rank's record.
+using Role = std::function<void(const dist::Group& group, kit::judge::Record& out)>;
 
 inline std::map<std::string, Role>& roles() {
   static std::map<std::string, Role> r;
@@ -38,14 +47,21 @@ inline std::map<std::string, Role>& roles() {
 struct RegisterRole {
   RegisterRole(const std::string& name, Role role) { roles()[name] = std::move(role); }
 };
-#define RANK_ROLE(name)                                                          \
-  static void rank_role_##name(const ::kit::dist::Group& group);                 \
-  static ::rank_test::RegisterRole rank_register_##name(#name, rank_role_##name); \
+#define RANK_ROLE(name)                                                                             \
+  static void rank_role_##name(const ::kit::dist::Group& group);                                    \
+  static ::rank_test::RegisterRole rank_register_##name(                                            \
+      #name, [](const ::kit::dist::Group& g, ::kit::judge::Record&) { rank_role_##name(g); });      \
   static void rank_role_##name(const ::kit::dist::Group& group)
+// RANK_SUBJECT(name) { ...body using `group` and `out`... }: a role that records, for a judge.
+#define RANK_SUBJECT(name)                                                                           \
+  static void rank_role_##name(const ::kit::dist::Group& group, ::kit::judge::Record& out);          \
+  static ::rank_test::RegisterRole rank_register_##name(#name, rank_role_##name);                    \
+  static void rank_role_##name(const ::kit::dist::Group& group, ::kit::judge::Record& out)
 
 struct RankRun {
   std::vector<int> exitcodes;
   std::vector<std::string> logs;
+  std::vector<kit::judge::Record> records;  // what each rank's role recorded (RANK_SUBJECT)
   double seconds = 0;
   std::string describe() const {
     std::string s;
@@ -73,7 +89,8 @@ inline RankRun run_ranks(int n, const std::string& role, double timeout_s = 60,
                {"KIT_STORE_HOSTED", "1"},
                {"KIT_DIST_TIMEOUT", "10"},
                {"OMP_NUM_THREADS", "1"},
-               {"KIT_TEST_RANK_ROLE", role}};
+               {"KIT_TEST_RANK_ROLE", role},
+               {"KIT_RANK_RECORDS", dir / ("rank" + std::to_string(r) + ".rec")}};
     for (const auto& kv : env) cmd.env.push_back(kv);
     cmd.output = dir / ("rank" + std::to_string(r) + ".log");
     procs.emplace_back(cmd, r);
@@ -89,9 +106,46 @@ inline RankRun run_ranks(int n, const std::string& role, double timeout_s = 60,
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   for (int r = 0; r < n; ++r) {
     out.exitcodes.push_back(procs[static_cast<size_t>(r)].exitcode().value_or(-1));
-    out.logs.push_back(dp_test::read_file(dir / ("rank" + std::to_string(r) + ".log")));
+    std::string log = dp_test::read_file(dir / ("rank" + std::to_string(r) + ".log"));
+    if (log.size() > 6000) log = "[... " + std::to_string(log.size() - 6000) + " bytes left out]\n" + log.substr(log.size() - 6000);
+    out.logs.push_back(log);
+    std::string why;
+    auto record = kit::judge::read_rank_record(dir / ("rank" + std::to_string(r) + ".rec"), &why);
+    if (!record) {
+      record = kit::judge::Record();
+      record->mark("threw", why + " (exit status " + std::to_string(out.exitcodes.back()) + ")");
+    }
+    out.records.push_back(*record);
   }
   return out;
+}
+
+// n ranks running `role` (a RANK_SUBJECT) inside a subject part of the case: the ranks run in
+// the subject (and a plain run); the judge gets their exit codes, logs and records as data.
+RankRun subject_ranks(int n, const std::string& role, double timeout_s = 60,
+                      const std::vector<std::pair<std::string, std::string>>& env = {});
+
+// In a JUDGE part: every one of the n ranks ran its role to the end (its record says so) and
+// exited 0; otherwise a failure naming the rank, what it threw and its log. Returns whether
+// they all did (read the records only then).
+inline bool expect_ranks_ok(const RankRun& run, int n, const std::string& what) {
+  if (run.records.size() != static_cast<size_t>(n) || run.exitcodes.size() != static_cast<size_t>(n)) {
+    ADD_FAILURE() << what << ": " << run.records.size() << " ranks reported, not " << n;
+    return false;
+  }
+  bool ok = true;
+  for (int r = 0; r < n; ++r) {
+    const auto& rec = run.records[static_cast<size_t>(r)];
+    if (!rec.ok()) {
+      ADD_FAILURE() << what << ", n = " << n << ": rank " << r << " " << rec.error() << run.describe();
+      ok = false;
+    } else if (run.exitcodes[static_cast<size_t>(r)] != 0) {
+      ADD_FAILURE() << what << ", n = " << n << ": rank " << r << " exited with status "
+                    << run.exitcodes[static_cast<size_t>(r)] << run.describe();
+      ok = false;
+    }
+  }
+  return ok;
 }
 
 // Every rank exited 0 (its expectations held).
@@ -150,18 +204,53 @@ inline void run_role_of_this_rank() {
   const int rank = std::atoi(std::getenv("RANK")), n = std::atoi(std::getenv("WORLD_SIZE"));
   const auto it = roles().find(role);
   ASSERT_NE(it, roles().end()) << "no role " << role;
-  dist::init_process_group("gloo", rank, n);
+  kit::judge::Record out;
+  out.set_label(std::string(role) + ", rank " + std::to_string(rank));
   try {
-    it->second(dist::world_group());
-  } catch (const kit::NotImplemented& e) {
-    ADD_FAILURE() << e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "rank " << rank << " threw: " << e.what();
+    dist::init_process_group("gloo", rank, n);
+    it->second(dist::world_group(), out);
+  } catch (...) {
+    const auto o = kit::judge::current_exception_outcome();
+    out.mark("threw", o.describe());
+    ADD_FAILURE() << "rank " << rank << " " << o.describe();
   }
+  if (kit::judge::role() == kit::judge::Role::kRank) kit::judge::finish_rank(out);
   // A failed rank leaves at once: its peers then fail their next collective within
   // KIT_DIST_TIMEOUT instead of waiting in the goodbye barrier.
   if (::testing::Test::HasFailure()) std::_Exit(1);
   dist::destroy_process_group();
+}
+
+}  // namespace rank_test
+
+namespace kit::judge {
+template <>
+struct Codec<rank_test::RankRun> {
+  static Value put(const rank_test::RankRun& r) {
+    Value v;
+    v.kind = Value::Kind::Map;
+    v.map.emplace_back("exitcodes", Codec<std::vector<int>>::put(r.exitcodes));
+    v.map.emplace_back("logs", Codec<std::vector<std::string>>::put(r.logs));
+    v.map.emplace_back("records", Codec<std::vector<Record>>::put(r.records));
+    v.map.emplace_back("seconds", Codec<double>::put(r.seconds));
+    return v;
+  }
+  static bool get(const Value& v, rank_test::RankRun* out) {
+    const Value *e = v.find("exitcodes"), *l = v.find("logs"), *rs = v.find("records"), *s = v.find("seconds");
+    return v.kind == Value::Kind::Map && e && l && rs && s && Codec<std::vector<int>>::get(*e, &out->exitcodes) &&
+           Codec<std::vector<std::string>>::get(*l, &out->logs) && Codec<std::vector<Record>>::get(*rs, &out->records) &&
+           Codec<double>::get(*s, &out->seconds) && out->logs.size() == out->exitcodes.size() &&
+           out->records.size() == out->exitcodes.size();
+  }
+};
+}  // namespace kit::judge
+
+namespace rank_test {
+inline RankRun subject_ranks(int n, const std::string& role, double timeout_s,
+                             const std::vector<std::pair<std::string, std::string>>& env) {
+  return kit::judge::subject([&](kit::judge::Record& out) { out.put("ranks", run_ranks(n, role, timeout_s, env)); },
+                             role + " on " + std::to_string(n) + " ranks")
+      .get<RankRun>("ranks");
 }
 
 }  // namespace rank_test
