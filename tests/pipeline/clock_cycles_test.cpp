@@ -1,13 +1,17 @@
 // Problem 2.1: clock_cycles(m, n), the GPipe schedule. The whole schedule is checked:
 // the original's test missed a schedule that stopped before its last clocks.
+// Each case's subject part only calls clock_cycles; the expected schedule and every check are
+// the judge's (tests/judge/judge.h).
 #include <gtest/gtest.h>
 
 #include <map>
 #include <sstream>
 
+#include "judge/judge.h"
 #include "kit/errors.h"
 #include "pipeline/pipe.h"
 #include "pipeline/schedule.h"
+#include "pipeline/schedule_codec.h"
 
 namespace kit {
 namespace {
@@ -28,12 +32,18 @@ Schedule expected_schedule(int64_t m, int64_t n) {
   return s;
 }
 
+// The schedule the student's clock_cycles(m, n) returns, as the subject recorded it.
+Schedule student_schedule(int64_t m, int64_t n) {
+  return judge::subject([&](judge::Record& out) { out.put("schedule", clock_cycles(m, n)); })
+      .get<Schedule>("schedule");
+}
+
 class ClockCycles : public ::testing::TestWithParam<Shape> {};
 
 TEST_P(ClockCycles, HasExactlyMPlusNMinusOneClocks) {
   const auto [m, n] = GetParam();
-  const Schedule s = clock_cycles(m, n);
-  EXPECT_EQ(static_cast<int64_t>(s.size()), m + n - 1)
+  const Schedule s = student_schedule(m, n);
+  JUDGE EXPECT_EQ(static_cast<int64_t>(s.size()), m + n - 1)
       << "m = " << m << " micro-batches on n = " << n << " partitions need m + n - 1 = " << m + n - 1
       << " clocks: the last micro-batch enters at clock m - 1 and needs n - 1 more clocks to reach the last "
          "partition.\nexpected:"
@@ -42,7 +52,8 @@ TEST_P(ClockCycles, HasExactlyMPlusNMinusOneClocks) {
 
 TEST_P(ClockCycles, RunsEveryMicrobatchOnEveryPartitionExactlyOnce) {
   const auto [m, n] = GetParam();
-  const Schedule s = clock_cycles(m, n);
+  const Schedule s = student_schedule(m, n);
+  if (!judge::judging()) return;
   std::map<std::pair<int64_t, int64_t>, int> seen;
   for (const auto& clock : s)
     for (const auto& step : clock) {
@@ -59,7 +70,8 @@ TEST_P(ClockCycles, RunsEveryMicrobatchOnEveryPartitionExactlyOnce) {
 
 TEST_P(ClockCycles, RespectsDependencies) {
   const auto [m, n] = GetParam();
-  const Schedule s = clock_cycles(m, n);
+  const Schedule s = student_schedule(m, n);
+  if (!judge::judging()) return;
   std::map<std::pair<int64_t, int64_t>, int64_t> clock_of;
   for (size_t k = 0; k < s.size(); ++k)
     for (const auto& step : s[k]) clock_of[{step.microbatch, step.partition}] = static_cast<int64_t>(k);
@@ -82,7 +94,9 @@ TEST_P(ClockCycles, RespectsDependencies) {
 
 TEST_P(ClockCycles, EveryClockHoldsTheDiagonal) {
   const auto [m, n] = GetParam();
-  const Schedule s = clock_cycles(m, n), want = expected_schedule(m, n);
+  const Schedule s = student_schedule(m, n);
+  if (!judge::judging()) return;
+  const Schedule want = expected_schedule(m, n);
   ASSERT_EQ(s.size(), want.size()) << "expected:" << show(want, n) << "actual:" << show(s, n);
   for (size_t k = 0; k < s.size(); ++k)
     EXPECT_EQ(to_string(s[k]), to_string(want[k]))
@@ -98,6 +112,8 @@ INSTANTIATE_TEST_SUITE_P(Shapes, ClockCycles,
                          });
 
 TEST(ClockCyclesExample, FourMicrobatchesOnThreePartitionsMatchesTheSpec) {
+  const Schedule s = student_schedule(4, 3);
+  if (!judge::judging()) return;
   // The example from the assignment, written out by hand.
   const Schedule want = {{{0, 0}},
                          {{1, 0}, {0, 1}},
@@ -105,13 +121,19 @@ TEST(ClockCyclesExample, FourMicrobatchesOnThreePartitionsMatchesTheSpec) {
                          {{3, 0}, {2, 1}, {1, 2}},
                          {{3, 1}, {2, 2}},
                          {{3, 2}}};
-  const Schedule s = clock_cycles(4, 3);
   EXPECT_EQ(to_string(s), to_string(want)) << "\nexpected:" << show(want, 3) << "actual:" << show(s, 3);
 }
 
 TEST(ClockCyclesExample, RejectsEmptyPipelines) {
-  EXPECT_THROW(clock_cycles(0, 3), Error);
-  EXPECT_THROW(clock_cycles(3, 0), Error);
+  const judge::Record got = judge::subject([&](judge::Record& out) {
+    out.outcome("m = 0", [&] { clock_cycles(0, 3); });
+    out.outcome("n = 0", [&] { clock_cycles(3, 0); });
+  });
+  JUDGE {
+    for (const char* what : {"m = 0", "n = 0"})
+      EXPECT_EQ(got.get<judge::Outcome>(what).kind, "kit::Error")
+          << "clock_cycles with " << what << " must throw kit::Error; it " << got.get<judge::Outcome>(what).describe();
+  }
 }
 
 }  // namespace

@@ -1,9 +1,13 @@
 // Problem 2.3: GPT-2 through the pipe equals GPT-2 without it (logits and every
 // parameter's gradient), and the model-parallel baseline does too.
+// The graded cases' subject parts run the student's pipelined model and record its logits,
+// gradients and losses; the plain model's, and the checks, are the judge's (tests/judge/judge.h).
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include "float64_model.h"
+#include "judge/judge.h"
+#include "judge/tensor.h"
 #include "kit/config.h"
 #include "kit/errors.h"
 #include "model/gpt2.h"
@@ -44,6 +48,13 @@ Batch make_batch(int64_t B, int64_t T, int64_t vocab) {
 struct Outcome {
   torch::Tensor logits;
   std::vector<std::pair<std::string, torch::Tensor>> grads;
+  void put(judge::Record& out) const {
+    out.put("logits", logits);
+    out.put("grads", grads);
+  }
+  static Outcome get(const judge::Record& got) {
+    return {got.get<torch::Tensor>("logits"), got.get<std::vector<std::pair<std::string, torch::Tensor>>>("grads")};
+  }
 };
 
 Outcome forward_backward(const std::function<torch::Tensor(const torch::Tensor&)>& forward, GPT2& model,
@@ -78,15 +89,22 @@ void expect_same(const Outcome& want, const Outcome& got, const std::string& wha
 void check_pipeline_matches(int64_t n_layer, int64_t stages, int64_t B, int64_t split) {
   GPT2 model = make_model(small_config(n_layer));
   const Batch b = make_batch(B, 12, 50);
-  const Outcome want = forward_backward([&](const torch::Tensor& x) { return model->forward(x); }, model, b);
 
-  GPT2ModelParallel mp(model, cpu_stages(stages));
-  mp.prepare_pipeline_parallel(split, /*threads_per_stage=*/1);
-  ASSERT_TRUE(mp.pipeline_parallel()) << "prepare_pipeline_parallel must set up the pipe";
-  Outcome got;
-  ASSERT_EQ(run_with_timeout(
-                [&] { got = forward_backward([&](const torch::Tensor& x) { return mp.forward(x); }, model, b); }, 60),
-            "");
+  const judge::Record rec = judge::subject([&](judge::Record& out) {
+    GPT2ModelParallel mp(model, cpu_stages(stages));
+    mp.prepare_pipeline_parallel(split, /*threads_per_stage=*/1);
+    out.put("pipelined", mp.pipeline_parallel());
+    Outcome got;
+    out.put("status", run_with_timeout(
+                          [&] { got = forward_backward([&](const torch::Tensor& x) { return mp.forward(x); }, model, b); },
+                          60));
+    got.put(out);
+  });
+  if (!judge::judging()) return;
+  const Outcome want = forward_backward([&](const torch::Tensor& x) { return model->forward(x); }, model, b);
+  ASSERT_TRUE(rec.get<bool>("pipelined")) << "prepare_pipeline_parallel must set up the pipe";
+  ASSERT_EQ(rec.get<std::string>("status"), "");
+  const Outcome got = Outcome::get(rec);
   expect_same(want, got,
               std::to_string(n_layer) + " blocks on " + std::to_string(stages) + " stages, batch " +
                   std::to_string(B) + " in micro-batches of " + std::to_string(split));
@@ -98,70 +116,127 @@ TEST(GPT2Pipeline, ThreeBlocksOnThreeStagesMatchesThePlainModel) { check_pipelin
 
 TEST(GPT2Pipeline, PipeHoldsTheModelsOwnBlocksOnTheirStages) {
   GPT2 model = make_model(small_config(4));
-  GPT2ModelParallel mp(model, cpu_stages(2));
-  mp.prepare_pipeline_parallel(2, 1);
-  ASSERT_TRUE(mp.pipeline_parallel());
-  const auto& pipe = mp.pipe();
-  ASSERT_EQ(pipe->partitions().size(), 2u) << "4 blocks on 2 stages: two partitions of 2 consecutive blocks";
-  ASSERT_EQ(pipe->devices().size(), 2u);
-  for (size_t j = 0; j < 2; ++j) EXPECT_EQ(pipe->devices()[j], mp.stages()[j]);
-  // The pipe must train the model's parameters, not copies of them.
-  size_t b = 0;
-  for (const auto& part : pipe->partitions()) {
-    for (size_t k = 0; k < part->size(); ++k, ++b) {
-      ASSERT_LT(b, model->h->size());
-      const auto* layer = test::unwrapped(part->ptr(k));
-      EXPECT_EQ(layer, model->h[b].get()) << "partition layer " << k << " is not block " << b << " of the model";
+  // The subject records, per partition, which of the model's blocks each layer is (-1: none of
+  // them, e.g. a copy) and the pipe's devices next to the stages'.
+  const judge::Record got = judge::subject([&](judge::Record& out) {
+    GPT2ModelParallel mp(model, cpu_stages(2));
+    mp.prepare_pipeline_parallel(2, 1);
+    out.put("pipelined", mp.pipeline_parallel());
+    if (!mp.pipeline_parallel()) return;
+    const auto& pipe = mp.pipe();
+    std::vector<std::vector<int64_t>> blocks;
+    for (const auto& part : pipe->partitions()) {
+      std::vector<int64_t> which;
+      for (size_t k = 0; k < part->size(); ++k) {
+        const auto* layer = test::unwrapped(part->ptr(k));
+        int64_t at = -1;
+        for (size_t i = 0; i < model->h->size(); ++i)
+          if (layer == model->h[i].get()) at = static_cast<int64_t>(i);
+        which.push_back(at);
+      }
+      blocks.push_back(which);
     }
-  }
-  EXPECT_EQ(b, model->h->size()) << "every block must be in the pipe, in order";
+    out.put("blocks", blocks);
+    std::vector<std::string> devices, stages;
+    for (const auto& d : pipe->devices()) devices.push_back(to_string(d));
+    for (const auto& s : mp.stages()) stages.push_back(to_string(s));
+    out.put("devices", devices);
+    out.put("stages", stages);
+  });
+  if (!judge::judging()) return;
+  ASSERT_TRUE(got.get<bool>("pipelined"));
+  const auto blocks = got.get<std::vector<std::vector<int64_t>>>("blocks");
+  ASSERT_EQ(blocks.size(), 2u) << "4 blocks on 2 stages: two partitions of 2 consecutive blocks";
+  const auto devices = got.get<std::vector<std::string>>("devices");
+  ASSERT_EQ(devices.size(), 2u);
+  EXPECT_EQ(devices, got.get<std::vector<std::string>>("stages")) << "the pipe's stages must be the model's";
+  EXPECT_EQ(got.get<std::vector<std::string>>("stages"),
+            (std::vector<std::string>{to_string(cpu_stages(2)[0]), to_string(cpu_stages(2)[1])}));
+  // The pipe must train the model's parameters, not copies of them.
+  int64_t b = 0;
+  for (const auto& part : blocks)
+    for (size_t k = 0; k < part.size(); ++k, ++b)
+      EXPECT_EQ(part[k], b) << "partition layer " << k << " is not block " << b << " of the model";
+  EXPECT_EQ(b, 4) << "every block must be in the pipe, in order";
 }
 
 TEST(GPT2Pipeline, EvaluationThroughThePipeBuildsNoGraph) {
   GPT2 model = make_model(small_config(2));
   const Batch b = make_batch(5, 8, 50);
   model->eval();
+  const judge::Record rec = judge::subject([&](judge::Record& out) {
+    GPT2ModelParallel mp(model, cpu_stages(2));
+    mp.prepare_pipeline_parallel(2, 1);
+    torch::Tensor got;
+    out.put("status", run_with_timeout(
+                          [&] {
+                            torch::NoGradGuard no_grad;
+                            got = mp.forward(b.input);
+                          },
+                          60));
+    out.put("requires_grad", got.defined() && got.requires_grad());
+    out.put("logits", got);
+  });
+  if (!judge::judging()) return;
   torch::Tensor want;
   {
     torch::NoGradGuard no_grad;
     want = model->forward(b.input);
   }
-  GPT2ModelParallel mp(model, cpu_stages(2));
-  mp.prepare_pipeline_parallel(2, 1);
-  torch::Tensor got;
-  ASSERT_EQ(run_with_timeout(
-                [&] {
-                  torch::NoGradGuard no_grad;
-                  got = mp.forward(b.input);
-                },
-                60),
-            "");
-  EXPECT_FALSE(got.requires_grad()) << "evaluation under NoGradGuard built a graph inside the pipe";
+  ASSERT_EQ(rec.get<std::string>("status"), "");
+  EXPECT_FALSE(rec.get<bool>("requires_grad")) << "evaluation under NoGradGuard built a graph inside the pipe";
+  const torch::Tensor got = rec.get<torch::Tensor>("logits");
+  ASSERT_TRUE(got.defined() && got.sizes() == want.sizes()) << "no logits, or logits of the wrong shape";
   EXPECT_LE(max_abs_diff(want, got), kGpt2Tol);
 }
 
 TEST(GPT2Pipeline, TrainingStepsMatchThePlainModel) {
   // Two AdamW steps, pipelined and not, from the same initial weights.
   const GPT2Config cfg = small_config(2);
-  GPT2 plain = make_model(cfg, 5), piped = make_model(cfg, 5);
+  const Batch b = make_batch(7, 10, 50);
+  // One step, written out (the kit's optimizer and loss): the plain model's in the judge, and the
+  // student's pipelined model's in the subject.
+  const auto step = [&](const std::function<torch::Tensor(const torch::Tensor&)>& forward,
+                        torch::optim::Optimizer& opt) {
+    opt.zero_grad();
+    auto loss = masked_cross_entropy(forward(b.input), b.labels, b.mask);
+    loss.backward();
+    opt.step();
+    return loss.item<double>();
+  };
+  const judge::Record rec = judge::subject([&](judge::Record& out) {
+    GPT2 piped = make_model(cfg, 5);
+    torch::optim::AdamW opt_piped(piped->parameters(), torch::optim::AdamWOptions(1e-2));
+    GPT2ModelParallel mp(piped, cpu_stages(2));
+    mp.prepare_pipeline_parallel(3, 1);
+    std::vector<double> losses;
+    for (int k = 0; k < 2; ++k) {
+      double l = 0;
+      const std::string status = run_with_timeout([&] { l = step([&](const torch::Tensor& x) { return mp.forward(x); }, opt_piped); }, 60);
+      if (!status.empty()) throw Error("step " + std::to_string(k) + ": " + status);
+      losses.push_back(l);
+    }
+    out.put("losses", losses);
+    std::vector<std::pair<std::string, torch::Tensor>> params;
+    for (const auto& p : piped->named_parameters()) params.emplace_back(p.key(), p.value());
+    out.put("params", params);
+  });
+  if (!judge::judging()) return;
+  GPT2 plain = make_model(cfg, 5);
   torch::optim::AdamW opt_plain(plain->parameters(), torch::optim::AdamWOptions(1e-2));
-  torch::optim::AdamW opt_piped(piped->parameters(), torch::optim::AdamWOptions(1e-2));
-  GPT2ModelParallel mp(piped, cpu_stages(2));
-  mp.prepare_pipeline_parallel(3, 1);
-  for (int step = 0; step < 2; ++step) {
-    const Batch b = make_batch(7, 10, 50);
-    const double l_plain = train_step([&](const torch::Tensor& x) { return plain->forward(x); }, *plain, opt_plain, b, 1);
-    double l_piped = 0;
-    ASSERT_EQ(run_with_timeout(
-                  [&] { l_piped = train_step([&](const torch::Tensor& x) { return mp.forward(x); }, *piped, opt_piped, b, 1); },
-                  60),
-              "");
-    EXPECT_NEAR(l_plain, l_piped, 1e-9) << "loss of step " << step;
+  const auto losses = rec.get<std::vector<double>>("losses");
+  ASSERT_EQ(losses.size(), 2u);
+  for (int k = 0; k < 2; ++k) {
+    const double l_plain = step([&](const torch::Tensor& x) { return plain->forward(x); }, opt_plain);
+    EXPECT_NEAR(l_plain, losses[static_cast<size_t>(k)], 1e-9) << "loss of step " << k;
   }
-  const auto want = plain->named_parameters(), got = piped->named_parameters();
-  for (const auto& p : want) {
-    const double d = max_abs_diff(p.value(), got[p.key()]);
-    EXPECT_LE(d, 1e-8) << "after two steps, parameter " << p.key() << " differs by " << d;
+  const auto want = plain->named_parameters();
+  const auto got = rec.get<std::vector<std::pair<std::string, torch::Tensor>>>("params");
+  ASSERT_EQ(got.size(), want.size());
+  for (const auto& [name, value] : got) {
+    ASSERT_TRUE(want.contains(name)) << name << " is not a parameter of GPT-2";
+    const double d = max_abs_diff(want[name], value);
+    EXPECT_LE(d, 1e-8) << "after two steps, parameter " << name << " differs by " << d;
   }
 }
 

@@ -1,6 +1,8 @@
 // Problem 2.2: Pipe::forward and Pipe::compute. A pipe must compute exactly what the
 // plain Sequential computes, outputs AND gradients, for any batch and micro-batch size,
 // on the CPU (every stage a worker thread), and must report a stage's error, not hang.
+// The subject parts run the pipe and record what it produced and what its stages saw; the plain
+// model's outputs and gradients, and every check, are the judge's (tests/judge/judge.h).
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -9,6 +11,8 @@
 #include <atomic>
 #include <mutex>
 
+#include "judge/judge.h"
+#include "judge/tensor.h"
 #include "kit/errors.h"
 #include "pipeline/pipe.h"
 #include "pipeline_test_util.h"
@@ -38,6 +42,15 @@ torch::nn::Sequential three_stage_model() {
 struct Gradients {
   torch::Tensor output, input_grad;
   std::vector<std::pair<std::string, torch::Tensor>> params;
+  void put(judge::Record& out) const {
+    out.put("output", output);
+    out.put("input_grad", input_grad);
+    out.put("params", params);
+  }
+  static Gradients get(const judge::Record& got) {
+    return {got.get<torch::Tensor>("output"), got.get<torch::Tensor>("input_grad"),
+            got.get<std::vector<std::pair<std::string, torch::Tensor>>>("params")};
+  }
 };
 
 // Runs `forward` on x, backpropagates a fixed weighted sum of the output (so every row and
@@ -99,15 +112,22 @@ TEST_P(PipeMatchesPlainModel, OutputAndGradients) {
   torch::manual_seed(11);
   const auto x = torch::randn({B, 5}, torch::kFloat64);
   const auto w = torch::randn({B, 3}, torch::kFloat64);
-  const Gradients want = run([&](const torch::Tensor& in) { return seq->forward(in); }, *seq, x, w);
 
-  Pipe pipe(seq, split, /*threads_per_stage=*/1);
-  ASSERT_EQ(pipe->partitions().size(), 3u) << "three stages, three partitions";
+  const judge::Record rec = judge::subject([&](judge::Record& out) {
+    Pipe pipe(seq, split, /*threads_per_stage=*/1);
+    out.put("partitions", static_cast<int64_t>(pipe->partitions().size()));
+    Gradients got;
+    out.put("status", run_with_timeout(
+                          [&] { got = run([&](const torch::Tensor& in) { return pipe->forward(in); }, *seq, x, w); },
+                          kHangSeconds));
+    got.put(out);
+  });
+  if (!judge::judging()) return;
+  const Gradients want = run([&](const torch::Tensor& in) { return seq->forward(in); }, *seq, x, w);
+  ASSERT_EQ(rec.get<int64_t>("partitions"), 3) << "three stages, three partitions";
   const std::string what = "batch " + std::to_string(B) + " in micro-batches of " + std::to_string(split);
-  Gradients got;
-  const std::string status = run_with_timeout(
-      [&] { got = run([&](const torch::Tensor& in) { return pipe->forward(in); }, *seq, x, w); }, kHangSeconds);
-  ASSERT_EQ(status, "") << what << ": the pipe did not finish cleanly";
+  ASSERT_EQ(rec.get<std::string>("status"), "") << what << ": the pipe did not finish cleanly";
+  const Gradients got = Gradients::get(rec);
   expect_same_output(want.output, got.output, split, what);
   expect_same_gradients(want, got, what);
 }
@@ -137,6 +157,12 @@ struct Seen {
   }
 };
 
+// What the stages saw, as the subject recorded it.
+struct SeenData {
+  std::string status;
+  std::vector<std::vector<int64_t>> rows_per_stage, sizes_per_stage;
+};
+
 torch::nn::Sequential probed_identity(Seen& seen) {
   torch::nn::Sequential seq;
   for (int64_t j = 0; j < 3; ++j)
@@ -146,16 +172,28 @@ torch::nn::Sequential probed_identity(Seen& seen) {
 }
 
 // Runs rows 0..rows-1 (row r holds r) through three probed identity stages in micro-batches of
-// `split`: "" when the pipe finished (run_with_timeout's status).
-std::string forward_probed(Seen& seen, int64_t rows, int64_t split) {
-  Pipe pipe(probed_identity(seen), split, 1);
-  const auto x = torch::arange(rows, torch::kFloat64).unsqueeze(1);
-  return run_with_timeout([&] { pipe->forward(x); }, kHangSeconds);
+// `split` in the subject; status "" when the pipe finished (run_with_timeout's status).
+SeenData forward_probed(int64_t rows, int64_t split) {
+  const judge::Record got = judge::subject([&](judge::Record& out) {
+    Seen seen;
+    Pipe pipe(probed_identity(seen), split, 1);
+    const auto x = torch::arange(rows, torch::kFloat64).unsqueeze(1);
+    out.put("status", run_with_timeout([&] { pipe->forward(x); }, kHangSeconds));
+    std::lock_guard<std::mutex> lock(seen.mutex);
+    out.put("rows", seen.rows_per_stage);
+    out.put("sizes", seen.sizes_per_stage);
+  });
+  SeenData d{got.get<std::string>("status"), got.get<std::vector<std::vector<int64_t>>>("rows"),
+             got.get<std::vector<std::vector<int64_t>>>("sizes")};
+  d.rows_per_stage.resize(3);
+  d.sizes_per_stage.resize(3);
+  return d;
 }
 
 TEST(PipeMicrobatches, TenRowsInFoursAreFourFourTwo) {
-  Seen seen;
-  ASSERT_EQ(forward_probed(seen, 10, 4), "");
+  const SeenData seen = forward_probed(10, 4);
+  if (!judge::judging()) return;
+  ASSERT_EQ(seen.status, "");
   for (size_t j = 0; j < 3; ++j)
     EXPECT_EQ(seen.sizes_per_stage[j], (std::vector<int64_t>{4, 4, 2}))
         << "stage " << j << " saw micro-batches of the wrong sizes: 10 rows with split_size 4 are 4, 4, 2 "
@@ -163,8 +201,9 @@ TEST(PipeMicrobatches, TenRowsInFoursAreFourFourTwo) {
 }
 
 TEST(PipeMicrobatches, EveryStageSeesTheMicrobatchesInOrder) {
-  Seen seen;
-  ASSERT_EQ(forward_probed(seen, 12, 2), "");
+  const SeenData seen = forward_probed(12, 2);
+  if (!judge::judging()) return;
+  ASSERT_EQ(seen.status, "");
   for (size_t j = 0; j < 3; ++j)
     EXPECT_EQ(seen.rows_per_stage[j], (std::vector<int64_t>{0, 2, 4, 6, 8, 10}))
         << "stage " << j << " must see micro-batches 0..5 in order (listed by their first row)";
@@ -177,9 +216,15 @@ TEST(PipeMicrobatches, OutputRowsStayInInputOrder) {
                             WithDevice(Affine(0.5, 0), stage(2)));
   const int64_t B = 11;
   const auto x = torch::arange(B, torch::kFloat64).unsqueeze(1);
-  Pipe pipe(seq, 3, 1);
-  torch::Tensor y;
-  ASSERT_EQ(run_with_timeout([&] { y = pipe->forward(x); }, kHangSeconds), "");
+  const judge::Record got = judge::subject([&](judge::Record& out) {
+    Pipe pipe(seq, 3, 1);
+    torch::Tensor y;
+    out.put("status", run_with_timeout([&] { y = pipe->forward(x); }, kHangSeconds));
+    out.put("y", y);
+  });
+  if (!judge::judging()) return;
+  ASSERT_EQ(got.get<std::string>("status"), "");
+  const torch::Tensor y = got.get<torch::Tensor>("y");
   ASSERT_TRUE(y.defined());
   ASSERT_EQ(y.size(0), B) << "the output must have one row per input row";
   for (int64_t r = 0; r < B; ++r) {
@@ -194,12 +239,20 @@ TEST(PipeMicrobatches, LayoutABAComputesInLayerOrder) {
   // Stages 0, 1, 0: the last layer shares stage 0's worker but must run last.
   torch::nn::Sequential seq(WithDevice(Affine(2, 0), stage(0)), WithDevice(Affine(1, 5), stage(1)),
                             WithDevice(Affine(3, 0), stage(0)));
-  Pipe pipe(seq, 2, 1);
-  ASSERT_EQ(pipe->partitions().size(), 3u) << "stages 0, 1, 0 are three partitions";
-  EXPECT_EQ(pipe->workers().num_workers(), 2u) << "partitions on the same stage share its worker";
   const auto x = torch::arange(6, torch::kFloat64).unsqueeze(1);
-  torch::Tensor y;
-  ASSERT_EQ(run_with_timeout([&] { y = pipe->forward(x); }, kHangSeconds), "");
+  const judge::Record got = judge::subject([&](judge::Record& out) {
+    Pipe pipe(seq, 2, 1);
+    out.put("partitions", static_cast<int64_t>(pipe->partitions().size()));
+    out.put("workers", static_cast<int64_t>(pipe->workers().num_workers()));
+    torch::Tensor y;
+    out.put("status", run_with_timeout([&] { y = pipe->forward(x); }, kHangSeconds));
+    out.put("y", y);
+  });
+  if (!judge::judging()) return;
+  ASSERT_EQ(got.get<int64_t>("partitions"), 3) << "stages 0, 1, 0 are three partitions";
+  EXPECT_EQ(got.get<int64_t>("workers"), 2) << "partitions on the same stage share its worker";
+  ASSERT_EQ(got.get<std::string>("status"), "");
+  const torch::Tensor y = got.get<torch::Tensor>("y");
   const auto want = (x * 2 + 5) * 3;
   EXPECT_LE(max_abs_diff(y, want), kTol) << "expected (2x + 5) * 3 for stages A, B, A";
 }
@@ -216,20 +269,27 @@ TEST(PipeErrors, ExceptionInAStageReachesTheCaller) {
                  }),
                  stage(1)),
       WithDevice(Affine(1, 3), stage(2)));
-  Pipe pipe(seq, 2, 1);
   const auto x = torch::arange(8, torch::kFloat64).unsqueeze(1);
-  const std::string status = run_with_timeout([&] { pipe->forward(x); }, kHangSeconds);
+  const auto x2 = x + 100;  // the next call's input: new values, so stale results show
+  const judge::Record got = judge::subject([&](judge::Record& out) {
+    Pipe pipe(seq, 2, 1);
+    out.put("status", run_with_timeout([&] { pipe->forward(x); }, kHangSeconds));
+    // Nothing of the failed call may leak into the next one.
+    fail = false;
+    torch::Tensor y;
+    out.put("status_after", run_with_timeout([&] { y = pipe->forward(x2); }, kHangSeconds));
+    out.put("y", y);
+  });
+  if (!judge::judging()) return;
+  const std::string status = got.get<std::string>("status");
   ASSERT_NE(status, "timeout") << "forward hung after a stage threw: the worker's error must come back as a Result";
   ASSERT_NE(status, "") << "forward returned normally although stage 1 threw on micro-batch 2: the error was "
                            "swallowed; re-throw it on the caller";
   EXPECT_NE(status.find("stage 1 failed on purpose"), std::string::npos)
       << "the caller must see the stage's own exception, got: " << status;
 
-  // Nothing of the failed call may leak into the next one (new input, so stale results show).
-  fail = false;
-  const auto x2 = x + 100;
-  torch::Tensor y;
-  ASSERT_EQ(run_with_timeout([&] { y = pipe->forward(x2); }, kHangSeconds), "");
+  ASSERT_EQ(got.get<std::string>("status_after"), "");
+  const torch::Tensor y = got.get<torch::Tensor>("y");
   ASSERT_TRUE(y.defined() && y.sizes() == x2.sizes()) << "the call after an error returned no or a wrong-sized output";
   for (int64_t i = 0; i < 4; ++i) {
     const double d = max_abs_diff(y.slice(0, 2 * i, 2 * i + 2), x2.slice(0, 2 * i, 2 * i + 2) * 2 + 3);
@@ -243,23 +303,35 @@ TEST(PipeErrors, ExceptionInTheFirstStageOnTheFirstClock) {
   torch::nn::Sequential seq(
       WithDevice(Probe([](const torch::Tensor&) { throw Error("no input accepted"); }), stage(0)),
       WithDevice(Affine(1, 0), stage(1)));
-  Pipe pipe(seq, 1, 1);
-  const std::string status =
-      run_with_timeout([&] { pipe->forward(torch::zeros({3, 1}, torch::kFloat64)); }, kHangSeconds);
+  const std::string status = judge::subject([&](judge::Record& out) {
+                               Pipe pipe(seq, 1, 1);
+                               out.put("status", run_with_timeout(
+                                                     [&] { pipe->forward(torch::zeros({3, 1}, torch::kFloat64)); },
+                                                     kHangSeconds));
+                             }).get<std::string>("status");
+  if (!judge::judging()) return;
   ASSERT_NE(status, "timeout") << "forward hung after the first stage threw";
   EXPECT_NE(status.find("no input accepted"), std::string::npos) << "got: " << status;
 }
 
 TEST(PipeErrors, BadArgumentsAreRejected) {
   torch::nn::Sequential seq(WithDevice(Affine(1, 0), stage(0)));
-  EXPECT_THROW(Pipe(seq, 0), Error);
-  EXPECT_THROW(Pipe(seq, 1, -1), Error);
-  Pipe pipe(seq, 1, 1);
-  EXPECT_THROW(pipe->forward(torch::zeros({0, 3})), Error);
   // One stage index cannot be two devices.
   torch::nn::Sequential clash(WithDevice(Affine(1, 0), stage(0)),
                               WithDevice(Affine(1, 0), StageDevice{0, torch::Device(torch::kCUDA, 0)}));
-  EXPECT_THROW(Pipe(clash, 1), Error);
+  const judge::Record got = judge::subject([&](judge::Record& out) {
+    out.outcome("split_size 0", [&] { Pipe(seq, 0); });
+    out.outcome("threads_per_stage -1", [&] { Pipe(seq, 1, -1); });
+    out.outcome("an empty batch", [&] {
+      Pipe pipe(seq, 1, 1);
+      pipe->forward(torch::zeros({0, 3}));
+    });
+    out.outcome("stage 0 on two devices", [&] { Pipe(clash, 1); });
+  });
+  if (!judge::judging()) return;
+  for (const char* what : {"split_size 0", "threads_per_stage -1", "an empty batch", "stage 0 on two devices"})
+    EXPECT_EQ(got.get<judge::Outcome>(what).kind, "kit::Error")
+        << what << " must be a kit::Error; the pipe " << got.get<judge::Outcome>(what).describe();
 }
 
 // ---- per-thread settings applied in the workers ----
@@ -340,14 +412,22 @@ TEST(PipeDevices, OutputLandsOnTheLastStagesDevice) {
   torch::nn::Sequential seq(WithDevice(first, stage(0)),
                             WithDevice(second, StageDevice{1, torch::Device(torch::kCUDA, 0)}));
   const auto x = torch::randn({6, 4});
-  auto want = second->forward(first->forward(x).to(torch::Device(torch::kCUDA, 0)));
-  Pipe pipe(seq, 4, 1);
-  torch::Tensor y;
-  ASSERT_EQ(run_with_timeout([&] { y = pipe->forward(x); }, kHangSeconds), "");
-  EXPECT_TRUE(y.device().is_cuda()) << "the output must be on the last stage's device, got " << y.device();
-  EXPECT_LE(max_abs_diff(y, want), 1e-5);
-  y.sum().backward();
-  ASSERT_TRUE(first->weight.grad().defined()) << "no gradient reached the CPU stage across devices";
+  const judge::Record got = judge::subject([&](judge::Record& out) {
+    Pipe pipe(seq, 4, 1);
+    torch::Tensor y;
+    out.put("status", run_with_timeout([&] { y = pipe->forward(x); }, kHangSeconds));
+    out.put("on_cuda", y.defined() && y.device().is_cuda());
+    out.put("y", y);
+    if (y.defined()) y.sum().backward();
+    out.put("first_weight_grad", first->weight.grad());
+  });
+  if (!judge::judging()) return;
+  ASSERT_EQ(got.get<std::string>("status"), "");
+  EXPECT_TRUE(got.get<bool>("on_cuda")) << "the output must be on the last stage's device (cuda:0)";
+  const auto want = second->forward(first->forward(x).to(torch::Device(torch::kCUDA, 0)));
+  EXPECT_LE(max_abs_diff(got.get<torch::Tensor>("y"), want), 1e-5);
+  ASSERT_TRUE(got.get<torch::Tensor>("first_weight_grad").defined())
+      << "no gradient reached the CPU stage across devices";
 }
 
 }  // namespace

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "judge/judge.h"
+#include "judge/tensor.h"
 #include "pipeline/pipe.h"
 #include "pipeline/pipeline_test_util.h"
 
@@ -58,23 +60,34 @@ Outcome run(const std::function<torch::Tensor(const torch::Tensor&)>& forward, t
   return o;
 }
 
+// The subject runs the pipe and records its output and gradients; the judge runs the plain model.
 void expect_pipe_matches_plain_model(const std::vector<int64_t>& layout, int64_t batch, int64_t split) {
   auto seq = hidden_model(layout);
   torch::manual_seed(31);
   const auto x = torch::randn({batch, 6}, torch::kFloat64);
   const auto w = torch::randn({batch, 2}, torch::kFloat64);
-  const Outcome want = run([&](const torch::Tensor& in) { return seq->forward(in); }, *seq, x, w);
 
-  size_t runs = 1;  // a new partition wherever the stage changes
+  const judge::Record rec = judge::subject([&](judge::Record& out) {
+    Pipe pipe(seq, split, /*threads_per_stage=*/1);
+    out.put("partitions", static_cast<int64_t>(pipe->partitions().size()));
+    Outcome got;
+    out.put("status", run_with_timeout(
+                          [&] { got = run([&](const torch::Tensor& in) { return pipe->forward(in); }, *seq, x, w); },
+                          kHangSeconds));
+    out.put("output", got.output);
+    out.put("input_grad", got.input_grad);
+    out.put("param_grads", got.param_grads);
+  });
+  if (!judge::judging()) return;
+  const Outcome want = run([&](const torch::Tensor& in) { return seq->forward(in); }, *seq, x, w);
+  int64_t runs = 1;  // a new partition wherever the stage changes
   for (size_t k = 1; k < layout.size(); ++k) runs += layout[k] != layout[k - 1];
-  Pipe pipe(seq, split, /*threads_per_stage=*/1);
-  ASSERT_EQ(pipe->partitions().size(), runs) << "one partition per run of consecutive layers on one stage";
+  ASSERT_EQ(rec.get<int64_t>("partitions"), runs) << "one partition per run of consecutive layers on one stage";
 
   const std::string what = "batch " + std::to_string(batch) + " in micro-batches of " + std::to_string(split);
-  Outcome got;
-  const std::string status = run_with_timeout(
-      [&] { got = run([&](const torch::Tensor& in) { return pipe->forward(in); }, *seq, x, w); }, kHangSeconds);
-  ASSERT_EQ(status, "") << what << ": the pipe did not finish cleanly";
+  ASSERT_EQ(rec.get<std::string>("status"), "") << what << ": the pipe did not finish cleanly";
+  const Outcome got{rec.get<torch::Tensor>("output"), rec.get<torch::Tensor>("input_grad"),
+                    rec.get<std::vector<torch::Tensor>>("param_grads")};
   ASSERT_TRUE(got.output.defined()) << what << ": the pipe returned an undefined tensor";
   ASSERT_EQ(got.output.sizes(), want.output.sizes()) << what << ": wrong output shape";
   for (int64_t i = 0, row = 0; row < batch; ++i, row += split) {
@@ -109,19 +122,29 @@ TEST(HiddenPipeMatchesPlainModel, LayoutABCABatch8Split3) { expect_pipe_matches_
 
 // The micro-batches every stage sees: their sizes and first rows, in order.
 void expect_microbatches(int64_t batch, int64_t split) {
-  std::mutex mutex;
-  std::vector<std::vector<int64_t>> sizes(3), firsts(3);
-  torch::nn::Sequential seq;
-  for (size_t j = 0; j < 3; ++j)
-    seq->push_back(WithDevice(Probe([&, j](const torch::Tensor& x) {
-                                std::lock_guard<std::mutex> lock(mutex);
-                                sizes[j].push_back(x.size(0));
-                                firsts[j].push_back(static_cast<int64_t>(x[0][0].item<double>()));
-                              }),
-                              stage(static_cast<int64_t>(j))));
-  Pipe pipe(seq, split, 1);
-  const auto x = torch::arange(batch, torch::kFloat64).unsqueeze(1);
-  ASSERT_EQ(run_with_timeout([&] { pipe->forward(x); }, kHangSeconds), "");
+  const judge::Record got = judge::subject([&](judge::Record& out) {
+    std::mutex mutex;
+    std::vector<std::vector<int64_t>> sizes(3), firsts(3);
+    torch::nn::Sequential seq;
+    for (size_t j = 0; j < 3; ++j)
+      seq->push_back(WithDevice(Probe([&, j](const torch::Tensor& x) {
+                                  std::lock_guard<std::mutex> lock(mutex);
+                                  sizes[j].push_back(x.size(0));
+                                  firsts[j].push_back(static_cast<int64_t>(x[0][0].item<double>()));
+                                }),
+                                stage(static_cast<int64_t>(j))));
+    Pipe pipe(seq, split, 1);
+    const auto x = torch::arange(batch, torch::kFloat64).unsqueeze(1);
+    out.put("status", run_with_timeout([&] { pipe->forward(x); }, kHangSeconds));
+    std::lock_guard<std::mutex> lock(mutex);
+    out.put("sizes", sizes);
+    out.put("firsts", firsts);
+  });
+  if (!judge::judging()) return;
+  ASSERT_EQ(got.get<std::string>("status"), "");
+  auto sizes = got.get<std::vector<std::vector<int64_t>>>("sizes"), firsts = got.get<std::vector<std::vector<int64_t>>>("firsts");
+  sizes.resize(3);
+  firsts.resize(3);
   std::vector<int64_t> want_sizes, want_firsts;
   for (int64_t row = 0; row < batch; row += split) {
     want_sizes.push_back(std::min(split, batch - row));
