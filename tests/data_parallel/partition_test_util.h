@@ -1,11 +1,15 @@
 // Helpers shared by the partition tests (the public ones and the grader's hidden variants):
 // a fake data source whose examples carry an index value unlike their position, so
-// partitions are compared by value, never by position or object identity.
+// partitions are compared by value, never by position or object identity; and a partition
+// as data (PartView), what a subject part records of the student's Partition for its judge
+// (tests/judge/judge.h).
 #pragma once
 #include <memory>
 #include <vector>
 
 #include "data/dataset.h"
+#include "data_parallel/dataset.h"
+#include "judge/judge.h"
 
 namespace partition_test {
 
@@ -35,4 +39,39 @@ inline std::vector<int64_t> values_of(const kit::ExampleSource& part) {
   return v;
 }
 
+// What a Partition shows through its public interface: size(), index(), and the example
+// indices get(0..size-1) serves (only read when size() agrees with index(), so that a wrong
+// size cannot send get() out of range before the judge has said so).
+struct PartView {
+  int64_t size = 0;
+  std::vector<int64_t> index;
+  std::vector<int64_t> values;
+};
+inline PartView view_of(const kit::Partition& part) {
+  PartView v;
+  v.size = part.size();
+  v.index = part.index();
+  if (v.size == static_cast<int64_t>(v.index.size())) v.values = values_of(part);
+  return v;
+}
+
 }  // namespace partition_test
+
+namespace kit::judge {
+template <>
+struct Codec<partition_test::PartView> {
+  static Value put(const partition_test::PartView& p) {
+    Value v;
+    v.kind = Value::Kind::Map;
+    v.map.emplace_back("size", Codec<int64_t>::put(p.size));
+    v.map.emplace_back("index", Codec<std::vector<int64_t>>::put(p.index));
+    v.map.emplace_back("values", Codec<std::vector<int64_t>>::put(p.values));
+    return v;
+  }
+  static bool get(const Value& v, partition_test::PartView* out) {
+    const Value *s = v.find("size"), *i = v.find("index"), *x = v.find("values");
+    return v.kind == Value::Kind::Map && s && i && x && Codec<int64_t>::get(*s, &out->size) &&
+           Codec<std::vector<int64_t>>::get(*i, &out->index) && Codec<std::vector<int64_t>>::get(*x, &out->values);
+  }
+};
+}  // namespace kit::judge

@@ -1,7 +1,17 @@
 // Helpers that more than one planner test uses, defined once: the test files compile together
 // in one unity batch (the top CMakeLists.txt), where two definitions would collide.
+// The graded cases run as subject + judge (tests/judge/judge.h): the subject calls the student's
+// cost terms, partition_layers and the given search that calls them, and records what they
+// returned (numbers, Memory, Cost, layer counts, what threw); the judge checks those records
+// against the hand-computed values. Memory, Strategy and Cost travel as records by the Codecs
+// below.
 #pragma once
+#include <string>
+#include <vector>
+
+#include "judge/judge.h"
 #include "planner/model_spec.h"
+#include "planner/search.h"
 
 namespace planner_test {
 
@@ -27,4 +37,114 @@ inline kit::planner::ModelSpec three_layers() {
   return m;
 }
 
+// The judge's check of an outcome the old test wrote as EXPECT_THROW(call, kit::Error).
+inline void expect_kit_error(const kit::judge::Outcome& o, const std::string& what) {
+  EXPECT_EQ(o.kind, "kit::Error") << what << " must throw kit::Error; it " << o.describe();
+}
+
 }  // namespace planner_test
+
+namespace kit::judge {
+
+namespace planner_codec {
+// A field of a Map value as a T; false when it is missing or no T.
+template <typename T>
+bool field(const Value& v, const char* key, T* out) {
+  if (v.kind != Value::Kind::Map) return false;
+  const Value* f = v.find(key);
+  return f && Codec<T>::get(*f, out);
+}
+template <typename T>
+void add(Value* v, const char* key, const T& x) {
+  v->map.emplace_back(key, Codec<T>::put(x));
+}
+}  // namespace planner_codec
+
+template <>
+struct Codec<kit::planner::Memory> {
+  static Value put(const kit::planner::Memory& m) {
+    Value v{Value::Kind::Map};
+    planner_codec::add(&v, "parameters", m.parameters);
+    planner_codec::add(&v, "gradients", m.gradients);
+    planner_codec::add(&v, "optimizer", m.optimizer);
+    planner_codec::add(&v, "activations", m.activations);
+    return v;
+  }
+  static bool get(const Value& v, kit::planner::Memory* out) {
+    return planner_codec::field(v, "parameters", &out->parameters) &&
+           planner_codec::field(v, "gradients", &out->gradients) &&
+           planner_codec::field(v, "optimizer", &out->optimizer) &&
+           planner_codec::field(v, "activations", &out->activations);
+  }
+};
+
+template <>
+struct Codec<kit::planner::Strategy> {
+  static Value put(const kit::planner::Strategy& s) {
+    Value v{Value::Kind::Map};
+    planner_codec::add(&v, "dp", s.dp);
+    planner_codec::add(&v, "pp", s.pp);
+    planner_codec::add(&v, "tp", s.tp);
+    planner_codec::add(&v, "micro_batch", s.micro_batch);
+    planner_codec::add(&v, "schedule", static_cast<int64_t>(s.schedule));
+    planner_codec::add(&v, "chunks", s.chunks);
+    planner_codec::add(&v, "zero_stage", s.zero_stage);
+    planner_codec::add(&v, "recompute", s.recompute);
+    planner_codec::add(&v, "layers_per_stage", s.layers_per_stage);
+    return v;
+  }
+  static bool get(const Value& v, kit::planner::Strategy* out) {
+    int64_t schedule = -1;
+    if (!(planner_codec::field(v, "dp", &out->dp) && planner_codec::field(v, "pp", &out->pp) &&
+          planner_codec::field(v, "tp", &out->tp) && planner_codec::field(v, "micro_batch", &out->micro_batch) &&
+          planner_codec::field(v, "schedule", &schedule) && planner_codec::field(v, "chunks", &out->chunks) &&
+          planner_codec::field(v, "zero_stage", &out->zero_stage) &&
+          planner_codec::field(v, "recompute", &out->recompute) &&
+          planner_codec::field(v, "layers_per_stage", &out->layers_per_stage)))
+      return false;
+    using S = kit::planner::Schedule;
+    if (schedule != static_cast<int64_t>(S::gpipe) && schedule != static_cast<int64_t>(S::one_f_one_b) &&
+        schedule != static_cast<int64_t>(S::interleaved))
+      return false;
+    out->schedule = static_cast<S>(schedule);
+    return true;
+  }
+};
+
+template <>
+struct Codec<kit::planner::Cost> {
+  static Value put(const kit::planner::Cost& c) {
+    Value v{Value::Kind::Map};
+    planner_codec::add(&v, "strategy", c.strategy);
+    planner_codec::add(&v, "micro_batches", c.micro_batches);
+    planner_codec::add(&v, "stage_seconds", c.stage_seconds);
+    planner_codec::add(&v, "compute", c.compute);
+    planner_codec::add(&v, "tensor", c.tensor);
+    planner_codec::add(&v, "p2p", c.p2p);
+    planner_codec::add(&v, "pipeline", c.pipeline);
+    planner_codec::add(&v, "contention", c.contention);
+    planner_codec::add(&v, "optimizer", c.optimizer);
+    planner_codec::add(&v, "data", c.data);
+    planner_codec::add(&v, "bubble", c.bubble);
+    planner_codec::add(&v, "total", c.total);
+    planner_codec::add(&v, "memory", c.memory);
+    planner_codec::add(&v, "memory_limit", c.memory_limit);
+    planner_codec::add(&v, "fits", c.fits);
+    return v;
+  }
+  static bool get(const Value& v, kit::planner::Cost* out) {
+    return planner_codec::field(v, "strategy", &out->strategy) &&
+           planner_codec::field(v, "micro_batches", &out->micro_batches) &&
+           planner_codec::field(v, "stage_seconds", &out->stage_seconds) &&
+           planner_codec::field(v, "compute", &out->compute) && planner_codec::field(v, "tensor", &out->tensor) &&
+           planner_codec::field(v, "p2p", &out->p2p) && planner_codec::field(v, "pipeline", &out->pipeline) &&
+           planner_codec::field(v, "contention", &out->contention) &&
+           planner_codec::field(v, "optimizer", &out->optimizer) && planner_codec::field(v, "data", &out->data) &&
+           planner_codec::field(v, "bubble", &out->bubble) && planner_codec::field(v, "total", &out->total) &&
+           planner_codec::field(v, "memory", &out->memory) &&
+           planner_codec::field(v, "memory_limit", &out->memory_limit) &&
+           planner_codec::field(v, "fits", &out->fits);
+  }
+};
+
+}  // namespace kit::judge
