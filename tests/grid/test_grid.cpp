@@ -1,6 +1,9 @@
 // Problem 6.1: the 3D grid's coordinates and groups for every factorisation d * p * t of 8
 // and of 12, Megatron-LM's own example pinned exactly, and the groups as dist subgroups on 8
 // Gloo processes.
+// The subject parts call the student's coordinates_of, rank_of and group_ranks (and the given
+// make_process_grid, which calls them) and record their answers as tables; every check is the
+// judge's, on those tables (tests/judge/judge.h).
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -11,10 +14,27 @@
 
 #include "dist/dist.h"
 #include "grid/grid.h"
+#include "judge/judge.h"
+#include "judge/tensor.h"
 #include "rank_roles.h"
+
+namespace kit::judge {
+// Coordinates as [dp, pp, tp].
+template <>
+struct Codec<kit::grid::Coordinates> {
+  static Value put(const kit::grid::Coordinates& c) { return Codec<std::vector<int>>::put({c.dp, c.pp, c.tp}); }
+  static bool get(const Value& v, kit::grid::Coordinates* out) {
+    std::vector<int> x;
+    if (!Codec<std::vector<int>>::get(v, &x) || x.size() != 3) return false;
+    *out = {x[0], x[1], x[2]};
+    return true;
+  }
+};
+}  // namespace kit::judge
 
 namespace {
 namespace grid = kit::grid;
+namespace judge = kit::judge;
 using grid::GroupKind;
 using grid::GridShape;
 
@@ -54,16 +74,66 @@ std::string str(const std::vector<int>& v) {
   return s + "}";
 }
 
+// What the student's functions say about one grid shape, for every rank: its coordinates,
+// rank_of of those, and its group of each kind (kKinds' order).
+struct GridTables {
+  std::vector<grid::Coordinates> coords;
+  std::vector<int> back;                         // rank_of(coordinates_of(r))
+  std::vector<std::vector<std::vector<int>>> groups;  // [kind][rank]
+  const std::vector<int>& group(GroupKind kind, int r) const {
+    return groups[static_cast<size_t>(kind == GroupKind::Data ? 0 : kind == GroupKind::Tensor ? 1 : 2)]
+                 [static_cast<size_t>(r)];
+  }
+};
+
+// The subject part: the tables of every shape, recorded under the shape's name.
+judge::Record record_grids(const std::vector<GridShape>& shapes) {
+  return judge::subject([&](judge::Record& out) {
+    for (const auto& s : shapes) {
+      std::vector<grid::Coordinates> coords;
+      std::vector<int> back;
+      std::vector<std::vector<std::vector<int>>> groups(kKinds.size());
+      for (int r = 0; r < s.world(); ++r) {
+        coords.push_back(grid::coordinates_of(r, s));
+        back.push_back(grid::rank_of(coords.back(), s));
+        for (size_t k = 0; k < kKinds.size(); ++k) groups[k].push_back(grid::group_ranks(kKinds[k], r, s));
+      }
+      out.put(s.str() + " coords", coords);
+      out.put(s.str() + " back", back);
+      out.put(s.str() + " groups", groups);
+    }
+  });
+}
+
+// The judge's view of shape s's tables (every table sized to the world, whatever was recorded).
+GridTables read_grid(const judge::Record& got, const GridShape& s) {
+  GridTables t;
+  t.coords = got.get<std::vector<grid::Coordinates>>(s.str() + " coords");
+  t.back = got.get<std::vector<int>>(s.str() + " back");
+  t.groups = got.get<std::vector<std::vector<std::vector<int>>>>(s.str() + " groups");
+  if (got.ok() && (t.coords.size() != static_cast<size_t>(s.world()) || t.back.size() != t.coords.size() ||
+                   t.groups.size() != kKinds.size()))
+    ADD_FAILURE() << "the tables recorded for " << s.str() << " do not have one entry per rank";
+  t.coords.resize(static_cast<size_t>(s.world()), grid::Coordinates{-1, -1, -1});
+  t.back.resize(static_cast<size_t>(s.world()), -1);
+  t.groups.resize(kKinds.size());
+  for (auto& g : t.groups) g.resize(static_cast<size_t>(s.world()));
+  return t;
+}
+
 }  // namespace
 
 TEST(Grid, CoordinatesAndRanksAreInverseInMegatronsOrder) {
+  const judge::Record got = record_grids(shapes_of_8_and_12());
+  if (!judge::judging()) return;
   for (const auto& s : shapes_of_8_and_12()) {
+    const GridTables t = read_grid(got, s);
     std::set<int> ranks;
     for (int r = 0; r < s.world(); ++r) {
-      const grid::Coordinates c = grid::coordinates_of(r, s);
+      const grid::Coordinates c = t.coords[static_cast<size_t>(r)];
       ASSERT_TRUE(c.dp >= 0 && c.dp < s.dp && c.pp >= 0 && c.pp < s.pp && c.tp >= 0 && c.tp < s.tp)
           << "rank " << r << " of " << s.str() << " gets coordinates dp " << c.dp << " pp " << c.pp << " tp " << c.tp;
-      EXPECT_EQ(grid::rank_of(c, s), r) << "rank_of(coordinates_of(" << r << ")) on " << s.str();
+      EXPECT_EQ(t.back[static_cast<size_t>(r)], r) << "rank_of(coordinates_of(" << r << ")) on " << s.str();
       // tensor fastest, then data, then pipeline
       EXPECT_EQ(r, c.pp * s.dp * s.tp + c.dp * s.tp + c.tp) << "rank " << r << " on " << s.str();
       ranks.insert(r);
@@ -73,19 +143,22 @@ TEST(Grid, CoordinatesAndRanksAreInverseInMegatronsOrder) {
 }
 
 TEST(Grid, GroupsOfEachKindPartitionTheWorld) {
-  for (const auto& s : shapes_of_8_and_12())
+  const judge::Record got = record_grids(shapes_of_8_and_12());
+  if (!judge::judging()) return;
+  for (const auto& s : shapes_of_8_and_12()) {
+    const GridTables t = read_grid(got, s);
     for (const GroupKind kind : kKinds) {
       std::map<int, int> times_seen;
       std::set<std::vector<int>> groups;
       for (int r = 0; r < s.world(); ++r) {
-        const auto g = grid::group_ranks(kind, r, s);
+        const auto& g = t.group(kind, r);
         ASSERT_EQ(static_cast<int>(g.size()), axis_size(kind, s))
             << grid::name_of(kind) << " group of rank " << r << " on " << s.str() << ": " << str(g);
         // Member i of the group has coordinate i on this axis and this rank's other two.
-        const grid::Coordinates me = grid::coordinates_of(r, s);
+        const grid::Coordinates me = t.coords[static_cast<size_t>(r)];
         for (int i = 0; i < static_cast<int>(g.size()); ++i) {
           ASSERT_TRUE(g[i] >= 0 && g[i] < s.world()) << str(g);
-          const grid::Coordinates c = grid::coordinates_of(g[i], s);
+          const grid::Coordinates c = t.coords[static_cast<size_t>(g[i])];
           EXPECT_EQ(axis_coord(kind, c), i) << grid::name_of(kind) << " group " << str(g) << " on " << s.str()
                                             << ": member " << i << " must have that coordinate";
           for (const GroupKind other : kKinds)
@@ -102,46 +175,58 @@ TEST(Grid, GroupsOfEachKindPartitionTheWorld) {
                                     << " groups on " << s.str() << ", not 1";
       EXPECT_EQ(static_cast<int>(groups.size()), s.world() / axis_size(kind, s)) << grid::name_of(kind) << " " << s.str();
     }
+  }
 }
 
 TEST(Grid, TensorGroupsAreConsecutiveAndPipelinesStridedByWOverP) {
-  for (const auto& s : shapes_of_8_and_12())
+  const judge::Record got = record_grids(shapes_of_8_and_12());
+  if (!judge::judging()) return;
+  for (const auto& s : shapes_of_8_and_12()) {
+    const GridTables tables = read_grid(got, s);
     for (int r = 0; r < s.world(); ++r) {
-      const auto t = grid::group_ranks(GroupKind::Tensor, r, s);
+      const auto& t = tables.group(GroupKind::Tensor, r);
       ASSERT_TRUE(in_world(t, s)) << "tensor group " << str(t) << " of rank " << r << " on " << s.str();
       for (size_t i = 1; i < t.size(); ++i) EXPECT_EQ(t[i], t[i - 1] + 1) << "tensor group " << str(t) << " on " << s.str();
-      const auto d = grid::group_ranks(GroupKind::Data, r, s);
+      const auto& d = tables.group(GroupKind::Data, r);
       for (size_t i = 1; i < d.size(); ++i) EXPECT_EQ(d[i], d[i - 1] + s.tp) << "data group " << str(d) << " on " << s.str();
-      const auto p = grid::group_ranks(GroupKind::Pipeline, r, s);
+      const auto& p = tables.group(GroupKind::Pipeline, r);
       for (size_t i = 1; i < p.size(); ++i)
         EXPECT_EQ(p[i], p[i - 1] + s.world() / s.pp) << "pipeline group " << str(p) << " on " << s.str();
     }
+  }
 }
 
 TEST(Grid, TensorGroupNeverSpansTwoNodes) {
-  for (const auto& s : shapes_of_8_and_12())
+  const judge::Record got = record_grids(shapes_of_8_and_12());
+  if (!judge::judging()) return;
+  for (const auto& s : shapes_of_8_and_12()) {
+    const GridTables tables = read_grid(got, s);
     for (const int gpus_per_node : {1, 2, 3, 4, 6, 8, 12})
       if (gpus_per_node % s.tp == 0)
         for (int r = 0; r < s.world(); ++r) {
-          const auto t = grid::group_ranks(GroupKind::Tensor, r, s);
+          const auto& t = tables.group(GroupKind::Tensor, r);
           ASSERT_TRUE(in_world(t, s)) << "tensor group " << str(t) << " of rank " << r << " on " << s.str();
           std::set<int> nodes;
           for (int x : t) nodes.insert(grid::node_of(x, gpus_per_node));
           EXPECT_EQ(nodes.size(), 1u) << "tensor group " << str(t) << " on " << s.str() << " spans "
                                       << nodes.size() << " nodes of " << gpus_per_node << " ranks";
         }
+  }
 }
 
 TEST(Grid, MegatronsSixteenRankExample) {
   // Megatron-LM's initialize_model_parallel docstring: 16 ranks, t = 2, p = 4 (so d = 2).
   const GridShape s{2, 4, 2};
+  const judge::Record got = record_grids({s});
+  if (!judge::judging()) return;
+  const GridTables t = read_grid(got, s);
   const std::vector<std::vector<int>> tensor = {{0, 1}, {2, 3}, {4, 5}, {6, 7}, {8, 9}, {10, 11}, {12, 13}, {14, 15}};
   const std::vector<std::vector<int>> data = {{0, 2}, {1, 3}, {4, 6}, {5, 7}, {8, 10}, {9, 11}, {12, 14}, {13, 15}};
   const std::vector<std::vector<int>> pipeline = {{0, 4, 8, 12}, {1, 5, 9, 13}, {2, 6, 10, 14}, {3, 7, 11, 15}};
   for (const auto& [kind, want] : std::vector<std::pair<GroupKind, std::vector<std::vector<int>>>>{
            {GroupKind::Tensor, tensor}, {GroupKind::Data, data}, {GroupKind::Pipeline, pipeline}})
     for (const auto& g : want)
-      for (int r : g) EXPECT_EQ(grid::group_ranks(kind, r, s), g) << grid::name_of(kind) << " group of rank " << r;
+      for (int r : g) EXPECT_EQ(t.group(kind, r), g) << grid::name_of(kind) << " group of rank " << r;
 }
 
 TEST(Grid, ShapeThatDoesNotMatchTheWorldIsAClearError) {
@@ -154,33 +239,62 @@ TEST(Grid, ShapeThatDoesNotMatchTheWorldIsAClearError) {
 
 // On 8 processes, d = p = t = 2: every group is a dist subgroup of the right members, with
 // group ranks equal to the coordinate on its axis; a SUM over each one adds its members.
-RANK_ROLE(grid_groups) {
+// Each rank records what make_process_grid gave it, what the student's functions say of it,
+// and the sums; the judge compares them.
+RANK_SUBJECT(grid_groups) {
   const GridShape s{2, 2, 2};
   const grid::ProcessGrid g = grid::make_process_grid(s);
   const int me = kit::dist::get_rank();
-  EXPECT_EQ(g.coords, grid::coordinates_of(me, s));
+  out.put("rank", me);
+  out.put("coords", g.coords);
+  out.put("coordinates_of", grid::coordinates_of(me, s));
   const std::vector<std::pair<GroupKind, const kit::dist::Group*>> groups = {
       {GroupKind::Data, &g.data}, {GroupKind::Tensor, &g.tensor}, {GroupKind::Pipeline, &g.pipeline}};
   for (const auto& [kind, group] : groups) {
-    ASSERT_TRUE(group->is_member()) << grid::name_of(kind);
-    EXPECT_EQ(group->ranks(), grid::group_ranks(kind, me, s)) << grid::name_of(kind);
-    EXPECT_EQ(group->rank(), axis_coord(kind, g.coords)) << grid::name_of(kind);
+    const std::string name = grid::name_of(kind);
+    out.put(name + " member", group->is_member());
+    if (!group->is_member()) continue;
+    out.put(name + " ranks", group->ranks());
+    out.put(name + " group_ranks", grid::group_ranks(kind, me, s));
+    out.put(name + " rank", group->rank());
     torch::Tensor x = torch::tensor({static_cast<double>(me)}, torch::kFloat64);
     kit::dist::all_reduce(x, kit::dist::ReduceOp::SUM, *group);
-    double want = 0;
-    for (int r : group->ranks()) want += r;
-    EXPECT_EQ(x.item<double>(), want) << grid::name_of(kind) << " group " << str(group->ranks());
+    out.put(name + " sum", x.item<double>());
   }
-  const auto pipe = grid::group_ranks(GroupKind::Pipeline, me, s);
-  if (g.is_first_stage() || g.is_last_stage()) {
-    ASSERT_TRUE(g.embedding.is_member());
-    EXPECT_EQ(g.embedding.ranks(), (std::vector<int>{pipe.front(), pipe.back()}));
-  } else {
-    EXPECT_FALSE(g.embedding.is_member());
-  }
+  out.put("pipeline group_ranks", grid::group_ranks(GroupKind::Pipeline, me, s));
+  out.put("first or last stage", g.is_first_stage() || g.is_last_stage());
+  out.put("embedding member", g.embedding.is_member());
+  if (g.embedding.is_member()) out.put("embedding ranks", g.embedding.ranks());
 }
 
 TEST(Grid, ProcessGridGroupsCommunicateAlongTheirAxis) {
-  const auto run = rank_test::run_ranks(8, "grid_groups", 90);
-  rank_test::expect_all_ranks_pass(run, 8, "the process grid d=2 p=2 t=2");
+  const int n = 8;
+  const auto run = rank_test::subject_ranks(n, "grid_groups", 90);
+  if (!judge::judging()) return;
+  if (!rank_test::expect_ranks_ok(run, n, "the process grid d=2 p=2 t=2")) return;
+  for (int r = 0; r < n; ++r) {
+    SCOPED_TRACE("rank " + std::to_string(r) + " of the process grid d=2 p=2 t=2");
+    const judge::Record& got = run.records[static_cast<size_t>(r)];
+    EXPECT_EQ(got.get<int>("rank"), r);
+    const auto coords = got.get<grid::Coordinates>("coords");
+    EXPECT_EQ(coords, got.get<grid::Coordinates>("coordinates_of"));
+    for (const GroupKind kind : kKinds) {
+      const std::string name = grid::name_of(kind);
+      ASSERT_TRUE(got.get<bool>(name + " member")) << name;
+      const auto ranks = got.get<std::vector<int>>(name + " ranks");
+      EXPECT_EQ(ranks, got.get<std::vector<int>>(name + " group_ranks")) << name;
+      EXPECT_EQ(got.get<int>(name + " rank"), axis_coord(kind, coords)) << name;
+      double want = 0;
+      for (int x : ranks) want += x;
+      EXPECT_EQ(got.get<double>(name + " sum"), want) << name << " group " << str(ranks);
+    }
+    const auto pipe = got.get<std::vector<int>>("pipeline group_ranks");
+    if (got.get<bool>("first or last stage")) {
+      ASSERT_TRUE(got.get<bool>("embedding member"));
+      ASSERT_FALSE(pipe.empty());
+      EXPECT_EQ(got.get<std::vector<int>>("embedding ranks"), (std::vector<int>{pipe.front(), pipe.back()}));
+    } else {
+      EXPECT_FALSE(got.get<bool>("embedding member"));
+    }
+  }
 }
