@@ -1,4 +1,6 @@
 // Problem 8.2: the layer-partition DP against brute force over every partition.
+// Each case's subject part records the layer counts partition_layers returned (and what threw);
+// the judge checks them, the brute force (given slowest_stage_seconds) included.
 #include <gtest/gtest.h>
 
 #include <limits>
@@ -6,12 +8,16 @@
 #include <random>
 #include <vector>
 
+#include "judge/judge.h"
 #include "kit/errors.h"
+#include "planner_test_util.h"
 #include "planner/partition.h"
 
 namespace {
 namespace pl = kit::planner;
 using Costs = std::vector<std::vector<double>>;
+using Counts = std::vector<int64_t>;
+namespace judge = kit::judge;
 
 // The smallest slowest stage over every way to cut L layers into p runs of 1 or more.
 double brute_force(const Costs& seconds) {
@@ -42,22 +48,38 @@ void expect_valid(const std::vector<int64_t>& counts, size_t p, size_t L) {
 TEST(PlannerPartition, UnevenLayersHandChecked) {
   // One heavy layer last: it gets a stage of its own.
   const Costs same(2, {1, 1, 1, 1, 4});
-  const auto counts = pl::partition_layers(same);
-  expect_valid(counts, 2, 5);
-  EXPECT_EQ(counts, (std::vector<int64_t>{4, 1}));
   // A heavy first layer (an embedding) and a heavy last (a head), three stages: each alone,
   // the five light ones together.
   const Costs three(3, {5, 1, 1, 1, 1, 1, 5});
-  EXPECT_EQ(pl::partition_layers(three), (std::vector<int64_t>{1, 5, 1}));
+  const judge::Record got = judge::subject([&](judge::Record& out) {
+    out.put("partition_layers(same)", pl::partition_layers(same));
+    out.put("partition_layers(three)", pl::partition_layers(three));
+  });
+  if (!judge::judging()) return;
+  const auto counts = got.get<Counts>("partition_layers(same)");
+  expect_valid(counts, 2, 5);
+  EXPECT_EQ(counts, (std::vector<int64_t>{4, 1}));
+  EXPECT_EQ(got.get<Counts>("partition_layers(three)"), (std::vector<int64_t>{1, 5, 1}));
 }
 
 TEST(PlannerPartition, SlowerDeviceGetsFewerLayers) {
   // Stage 1's device is three times slower: 8 equal layers split 6 + 2 (6 = 2 x 3).
   const Costs c{std::vector<double>(8, 1.0), std::vector<double>(8, 3.0)};
-  EXPECT_EQ(pl::partition_layers(c), (std::vector<int64_t>{6, 2}));
+  const judge::Record got = judge::subject([&](judge::Record& out) { out.put("partition_layers(c)", pl::partition_layers(c)); });
+  JUDGE EXPECT_EQ(got.get<Counts>("partition_layers(c)"), (std::vector<int64_t>{6, 2}));
 }
 
 TEST(PlannerPartition, MatchesBruteForceOnRandomCosts) {
+  // The random costs, the same in the subject and the judge (a seeded generator).
+  struct Trial {
+    size_t L, p;
+    int trial;
+    Costs seconds;
+    std::string name() const {
+      return "L = " + std::to_string(L) + ", p = " + std::to_string(p) + ", trial " + std::to_string(trial);
+    }
+  };
+  std::vector<Trial> trials;
   std::mt19937 rng(7);
   std::uniform_real_distribution<double> cost(0.1, 5.0), speed(0.5, 2.0);
   for (size_t L = 1; L <= 9; ++L)
@@ -71,32 +93,52 @@ TEST(PlannerPartition, MatchesBruteForceOnRandomCosts) {
             const double s = speed(rng);
             for (auto& x : row) x /= s;
           }
-        const auto counts = pl::partition_layers(seconds);
-        expect_valid(counts, p, L);
-        EXPECT_NEAR(pl::slowest_stage_seconds(seconds, counts), brute_force(seconds), 1e-12)
-            << "L = " << L << ", p = " << p << ", trial " << trial;
+        trials.push_back({L, p, trial, std::move(seconds)});
       }
+  const judge::Record got = judge::subject([&](judge::Record& out) {
+    for (const Trial& t : trials) out.put(t.name(), pl::partition_layers(t.seconds));
+  });
+  if (!judge::judging()) return;
+  for (const Trial& t : trials) {
+    const auto counts = got.get<Counts>(t.name());
+    expect_valid(counts, t.p, t.L);
+    bool valid = counts.size() == t.p && std::accumulate(counts.begin(), counts.end(), int64_t{0}) ==
+                                             static_cast<int64_t>(t.L);
+    for (const int64_t c : counts) valid &= c >= 1;
+    if (!valid) continue;  // expect_valid has said why
+    EXPECT_NEAR(pl::slowest_stage_seconds(t.seconds, counts), brute_force(t.seconds), 1e-12) << t.name();
+  }
 }
 
 TEST(PlannerPartition, EveryStageGetsALayerEvenWhenEmptyWouldBeFaster) {
   // One device 100x slower than the other: leaving its stage empty would be fastest, but every
   // stage holds at least one layer (an empty stage is a rank with nothing to do).
   const Costs slow_second{{1, 1, 1}, {100, 100, 100}};
-  expect_valid(pl::partition_layers(slow_second), 2, 3);
-  EXPECT_EQ(pl::partition_layers(slow_second), (std::vector<int64_t>{2, 1}));
   const Costs slow_first{{100, 100, 100}, {1, 1, 1}};
-  EXPECT_EQ(pl::partition_layers(slow_first), (std::vector<int64_t>{1, 2}));
   // As many layers as stages: one each, whatever the costs.
   const Costs one_each{{1, 1, 1, 1}, {50, 50, 50, 50}, {1, 1, 1, 1}, {50, 50, 50, 50}};
-  EXPECT_EQ(pl::partition_layers(one_each), (std::vector<int64_t>{1, 1, 1, 1}));
+  const judge::Record got = judge::subject([&](judge::Record& out) {
+    out.put("partition_layers(slow_second)", pl::partition_layers(slow_second));
+    out.put("partition_layers(slow_first)", pl::partition_layers(slow_first));
+    out.put("partition_layers(one_each)", pl::partition_layers(one_each));
+  });
+  if (!judge::judging()) return;
+  expect_valid(got.get<Counts>("partition_layers(slow_second)"), 2, 3);
+  EXPECT_EQ(got.get<Counts>("partition_layers(slow_second)"), (std::vector<int64_t>{2, 1}));
+  EXPECT_EQ(got.get<Counts>("partition_layers(slow_first)"), (std::vector<int64_t>{1, 2}));
+  EXPECT_EQ(got.get<Counts>("partition_layers(one_each)"), (std::vector<int64_t>{1, 1, 1, 1}));
 }
 
 TEST(PlannerPartition, FewerLayersThanStagesIsAClearError) {
-  try {
-    pl::partition_layers(Costs(3, {1, 1}));
-    FAIL() << "no error";
-  } catch (const kit::Error& e) {
-    EXPECT_NE(std::string(e.what()).find("2 layers cannot fill 3 stages"), std::string::npos) << e.what();
-  }
-  EXPECT_THROW(pl::partition_layers(Costs{{1, 1}, {1}}), kit::Error);
+  const judge::Record got = judge::subject([&](judge::Record& out) {
+    out.outcome("partition_layers(Costs(3, {1, 1}))", [&] { pl::partition_layers(Costs(3, {1, 1})); });
+    out.outcome("partition_layers(Costs{{1, 1}, {1}})", [&] { pl::partition_layers(Costs{{1, 1}, {1}}); });
+  });
+  if (!judge::judging()) return;
+  const auto e = got.get<judge::Outcome>("partition_layers(Costs(3, {1, 1}))");
+  if (!e.threw()) FAIL() << "no error";
+  ASSERT_EQ(e.kind, "kit::Error") << "partition_layers(Costs(3, {1, 1})) must throw kit::Error; it " << e.describe();
+  EXPECT_NE(e.message.find("2 layers cannot fill 3 stages"), std::string::npos) << e.message;
+  planner_test::expect_kit_error(got.get<judge::Outcome>("partition_layers(Costs{{1, 1}, {1}})"),
+                                 "partition_layers(Costs{{1, 1}, {1}})");
 }

@@ -1,6 +1,8 @@
 // Problem 8 (given): a device's measured layer times (planner/profile.h) and what the planner
 // does with them: compute_seconds (Problem 8.1) from the profile, the optimizer term, the
-// shared-node bound and the micro-batch size the search picks.
+// shared-node bound and the micro-batch size the search picks. The PlannerCost and
+// PlannerSearch cases (graded) record what compute_seconds, strategy_cost and search returned in
+// their subject parts and check it in the judge; the PlannerProfile cases call given code only.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -8,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "error_of.h"
+#include "judge/judge.h"
 #include "kit/errors.h"
 #include "planner/cost.h"
 #include "planner/profile.h"
@@ -45,26 +48,43 @@ pl::DeviceType profiled(json j = profile_json()) {
 }
 
 using planner_test::two_layers;
+namespace judge = kit::judge;
 
 }  // namespace
 
 TEST(PlannerCost, ComputeAddsEachLayersMeasuredForwardAndBackward) {
   const pl::ModelSpec m = two_layers();
   const pl::DeviceType dev = profiled();
-  EXPECT_NEAR(pl::compute_seconds(m, 0, 2, 100, 1, dev), 0.010 + 0.025 + 0.004 + 0.005, 1e-12);
-  EXPECT_NEAR(pl::compute_seconds(m, 1, 2, 100, 1, dev), 0.004 + 0.005, 1e-12);  // layer b only
-  EXPECT_NEAR(pl::compute_seconds(m, 0, 2, 300, 1, dev), 0.020 + 0.060 + 0.008 + 0.012, 1e-12);
-  EXPECT_NEAR(pl::compute_seconds(m, 0, 2, 100, 2, dev), 0.006 + 0.014 + 0.003 + 0.003, 1e-12);  // t = 2's times
+  const judge::Record got = judge::subject([&](judge::Record& out) {
+    out.put("compute_seconds(m, 0, 2, 100, 1, dev)", pl::compute_seconds(m, 0, 2, 100, 1, dev));
+    out.put("compute_seconds(m, 1, 2, 100, 1, dev)", pl::compute_seconds(m, 1, 2, 100, 1, dev));
+    out.put("compute_seconds(m, 0, 2, 300, 1, dev)", pl::compute_seconds(m, 0, 2, 300, 1, dev));
+    out.put("compute_seconds(m, 0, 2, 100, 2, dev)", pl::compute_seconds(m, 0, 2, 100, 2, dev));
+    out.put("compute_seconds(m, 0, 1, 200, 1, dev)", pl::compute_seconds(m, 0, 1, 200, 1, dev));
+  });
+  if (!judge::judging()) return;
+  const auto v = [&](const char* call) { return got.get<double>(call); };
+  EXPECT_NEAR(v("compute_seconds(m, 0, 2, 100, 1, dev)"), 0.010 + 0.025 + 0.004 + 0.005, 1e-12);
+  EXPECT_NEAR(v("compute_seconds(m, 1, 2, 100, 1, dev)"), 0.004 + 0.005, 1e-12);  // layer b only
+  EXPECT_NEAR(v("compute_seconds(m, 0, 2, 300, 1, dev)"), 0.020 + 0.060 + 0.008 + 0.012, 1e-12);
+  EXPECT_NEAR(v("compute_seconds(m, 0, 2, 100, 2, dev)"), 0.006 + 0.014 + 0.003 + 0.003, 1e-12);  // t = 2's times
   // 200 tokens: halfway between the two measured sizes.
-  EXPECT_NEAR(pl::compute_seconds(m, 0, 1, 200, 1, dev), 0.015 + 0.0425, 1e-12);
+  EXPECT_NEAR(v("compute_seconds(m, 0, 1, 200, 1, dev)"), 0.015 + 0.0425, 1e-12);
 }
 
 TEST(PlannerCost, RecomputationAddsEachLayersMeasuredForwardOnceMore) {
   const pl::ModelSpec m = two_layers();
   const pl::DeviceType dev = profiled();
-  EXPECT_NEAR(pl::compute_seconds(m, 0, 2, 100, 1, dev, true), 0.044 + 0.010 + 0.004, 1e-12);
-  EXPECT_NEAR(pl::compute_seconds(m, 0, 1, 300, 1, dev, true), 0.020 + 0.060 + 0.020, 1e-12);
-  EXPECT_NEAR(pl::compute_seconds(m, 1, 2, 100, 2, dev, true), 0.003 + 0.003 + 0.003, 1e-12);
+  const judge::Record got = judge::subject([&](judge::Record& out) {
+    out.put("compute_seconds(m, 0, 2, 100, 1, dev, true)", pl::compute_seconds(m, 0, 2, 100, 1, dev, true));
+    out.put("compute_seconds(m, 0, 1, 300, 1, dev, true)", pl::compute_seconds(m, 0, 1, 300, 1, dev, true));
+    out.put("compute_seconds(m, 1, 2, 100, 2, dev, true)", pl::compute_seconds(m, 1, 2, 100, 2, dev, true));
+  });
+  if (!judge::judging()) return;
+  const auto v = [&](const char* call) { return got.get<double>(call); };
+  EXPECT_NEAR(v("compute_seconds(m, 0, 2, 100, 1, dev, true)"), 0.044 + 0.010 + 0.004, 1e-12);
+  EXPECT_NEAR(v("compute_seconds(m, 0, 1, 300, 1, dev, true)"), 0.020 + 0.060 + 0.020, 1e-12);
+  EXPECT_NEAR(v("compute_seconds(m, 1, 2, 100, 2, dev, true)"), 0.003 + 0.003 + 0.003, 1e-12);
 }
 
 TEST(PlannerProfile, BetweenAndBeyondTheMeasuredSizes) {
@@ -163,22 +183,31 @@ TEST(PlannerSearch, AProfiledStepAddsTheOptimizerAndPricesEachMicroBatchSize) {
       "intra_node": {"bandwidth": 1e9, "latency": 1e-5}, "inter_node": {"bandwidth": 1e9, "latency": 1e-5}})");
   pl::Cluster c = pl::cluster_from_json(cj);
   c.device_types["X"] = profiled();
+  // Counting FLOPs, every size costs the same per token: the search cannot tell them apart.
+  pl::Cluster flops_only = c;
+  flops_only.device_types["X"].profile = nullptr;
   pl::Strategy s;
   s.micro_batch = 1;
   s.layers_per_stage = {2};
-  const pl::Cost one = pl::strategy_cost(c, two_layers(), {3, 100}, s);
-  EXPECT_NEAR(one.optimizer, 0.003, 1e-12);
-  EXPECT_NEAR(one.total, 3 * 0.044 + 0.003, 1e-12);  // m = 3 micro-batches, then the step
-  s.micro_batch = 3;
-  EXPECT_NEAR(pl::strategy_cost(c, two_layers(), {3, 100}, s).total, 0.100 + 0.003, 1e-12);
+  pl::Strategy three = s;
+  three.micro_batch = 3;
   pl::SearchOptions o;
   o.recompute = {false};
-  const std::vector<pl::Cost> all = pl::search(c, two_layers(), {3, 100}, o);
+  const judge::Record got = judge::subject([&](judge::Record& out) {
+    out.put("one", pl::strategy_cost(c, two_layers(), {3, 100}, s));
+    out.put("three", pl::strategy_cost(c, two_layers(), {3, 100}, three));
+    out.put("all", pl::search(c, two_layers(), {3, 100}, o));
+    out.put("flops", pl::search(flops_only, two_layers(), {3, 100}, o));
+  });
+  if (!judge::judging()) return;
+  const pl::Cost one = got.get<pl::Cost>("one");
+  EXPECT_NEAR(one.optimizer, 0.003, 1e-12);
+  EXPECT_NEAR(one.total, 3 * 0.044 + 0.003, 1e-12);  // m = 3 micro-batches, then the step
+  EXPECT_NEAR(got.get<pl::Cost>("three").total, 0.100 + 0.003, 1e-12);
+  const std::vector<pl::Cost> all = got.get<std::vector<pl::Cost>>("all");
   ASSERT_EQ(all.size(), 2u);  // micro-batch sizes 1 and 3
   EXPECT_EQ(all[0].strategy.micro_batch, 3);
-  // Counting FLOPs, every size costs the same per token: the search cannot tell them apart.
-  c.device_types["X"].profile = nullptr;
-  const std::vector<pl::Cost> flops = pl::search(c, two_layers(), {3, 100}, o);
+  const std::vector<pl::Cost> flops = got.get<std::vector<pl::Cost>>("flops");
   ASSERT_EQ(flops.size(), 2u);
   EXPECT_NEAR(flops[0].total, flops[1].total, 1e-12);
 }
@@ -192,18 +221,25 @@ TEST(PlannerSearch, AProfileWithTheAllReducesReplacesTheTensorTerm) {
   pl::Cluster c = pl::cluster_from_json(cj);
   json pj = profile_json();
   c.device_types["X"] = profiled(pj);
+  pj["tensor_parallel_included"] = true;
+  pl::Cluster included = c;
+  included.device_types["X"] = profiled(pj);
+  cj["nodes"][0]["shared_flops"] = 1e12;  // one at a time: but the profile ran its 2 ranks together
+  pl::Cluster shared = pl::cluster_from_json(cj);
+  shared.device_types["X"] = profiled(pj);
   pl::Strategy s;
   s.tp = 2, s.micro_batch = 1, s.layers_per_stage = {2};
-  const pl::Cost without = pl::strategy_cost(c, two_layers(), {1, 100}, s);
+  const judge::Record got = judge::subject([&](judge::Record& out) {
+    out.put("without", pl::strategy_cost(c, two_layers(), {1, 100}, s));
+    out.put("with", pl::strategy_cost(included, two_layers(), {1, 100}, s));
+    out.put("shared", pl::strategy_cost(shared, two_layers(), {1, 100}, s));
+  });
+  if (!judge::judging()) return;
+  const pl::Cost without = got.get<pl::Cost>("without");
   EXPECT_GT(without.tensor, 0.0);  // compute measured alone: the all-reduces on the link
   EXPECT_NEAR(without.total, 0.026 + without.tensor + 0.002, 1e-12);
-  pj["tensor_parallel_included"] = true;
-  c.device_types["X"] = profiled(pj);
-  const pl::Cost with = pl::strategy_cost(c, two_layers(), {1, 100}, s);
+  const pl::Cost with = got.get<pl::Cost>("with");
   EXPECT_EQ(with.tensor, 0.0);
   EXPECT_NEAR(with.total, 0.026 + 0.002, 1e-12);
-  cj["nodes"][0]["shared_flops"] = 1e12;  // one at a time: but the profile ran its 2 ranks together
-  c = pl::cluster_from_json(cj);
-  c.device_types["X"] = profiled(pj);
-  EXPECT_NEAR(pl::strategy_cost(c, two_layers(), {1, 100}, s).total, 0.026 + 0.002, 1e-12);
+  EXPECT_NEAR(got.get<pl::Cost>("shared").total, 0.026 + 0.002, 1e-12);
 }
