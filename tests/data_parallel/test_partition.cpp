@@ -3,6 +3,8 @@
 // Partitions are compared by the examples' own index field (a value), never by object
 // identity: the original's test hashed tensors by identity and let overlapping
 // partitions pass.
+// Each case's subject part calls the student's code and records what it served (sizes, the
+// partitions' example indices, what threw); every check is the judge's (tests/judge/judge.h).
 #include <gtest/gtest.h>
 
 #include <map>
@@ -13,13 +15,18 @@
 
 #include "data_parallel/dataset.h"
 #include "data_parallel/partition_test_util.h"
+#include "judge/judge.h"
 #include "kit/errors.h"
 
 namespace {
 
+namespace judge = kit::judge;
+
 constexpr int64_t kIndexBase = 1000;  // example i carries index 1000 + i, so values differ from positions
 
+using partition_test::PartView;
 using partition_test::values_of;
+using partition_test::view_of;
 
 std::shared_ptr<const kit::ExampleSource> fake(int64_t n) {
   return std::make_shared<partition_test::FakeSource>(n, kIndexBase, 7);
@@ -55,9 +62,17 @@ std::string check_disjoint(const std::vector<std::vector<int64_t>>& per_rank, in
   return "";
 }
 
+// The judge's reading of one outcome: a kit::Error (with a message) was thrown.
+void expect_kit_error(const judge::Record& got, const std::string& what, const std::string& why) {
+  const auto o = got.get<judge::Outcome>(what);
+  if (!got.ok()) return;
+  EXPECT_EQ(o.kind, "kit::Error") << why << ": must throw kit::Error; it " << o.describe();
+}
+
 struct Case {
   int64_t n;
   int world;
+  std::string name() const { return "n = " + std::to_string(n) + ", world_size = " + std::to_string(world); }
 };
 std::vector<Case> cases() {
   std::vector<Case> c;
@@ -68,21 +83,41 @@ std::vector<Case> cases() {
 
 TEST(DataPartitioner, EqualSplitsAreDisjointAndCoverWhatTheSizesPromise) {
   for (const Case& c : cases()) {
-    SCOPED_TRACE("n = " + std::to_string(c.n) + ", world_size = " + std::to_string(c.world));
+    SCOPED_TRACE(c.name());
     auto data = fake(c.n);
+    const judge::Record got = judge::subject(
+        [&](judge::Record& out) {
+          std::vector<int64_t> counts;
+          std::vector<PartView> parts;
+          for (int r = 0; r < c.world; ++r) {
+            // Each rank builds its own partitioner, as separate processes do.
+            kit::DataPartitioner partitioner(data, std::vector<double>(c.world, 1.0 / c.world));
+            counts.push_back(partitioner.num_partitions());
+            if (partitioner.num_partitions() != c.world) break;
+            parts.push_back(view_of(partitioner.use(r)));
+          }
+          out.put("num_partitions", counts);
+          out.put("parts", parts);
+        },
+        c.name());
+    if (!judge::judging()) continue;
+    const auto counts = got.get<std::vector<int64_t>>("num_partitions");
+    const auto parts = got.get<std::vector<PartView>>("parts");
+    ASSERT_TRUE(got.ok());
     std::vector<std::vector<int64_t>> per_rank;
-    for (int r = 0; r < c.world; ++r) {
-      // Each rank builds its own partitioner, as separate processes do.
-      kit::DataPartitioner partitioner(data, std::vector<double>(c.world, 1.0 / c.world));
-      ASSERT_EQ(partitioner.num_partitions(), c.world);
-      kit::Partition part = partitioner.use(r);
+    for (size_t r = 0; r < counts.size(); ++r) {
+      ASSERT_EQ(counts[r], c.world);
+      ASSERT_LT(r, parts.size());
+      const PartView& part = parts[r];
       // A Partition is a view: item i is data[index[i]].
-      ASSERT_EQ(part.size(), static_cast<int64_t>(part.index().size()));
-      for (int64_t i = 0; i < part.size(); ++i)
-        ASSERT_EQ(part.get(i).index, kIndexBase + part.index()[static_cast<size_t>(i)])
+      ASSERT_EQ(part.size, static_cast<int64_t>(part.index.size()));
+      ASSERT_EQ(part.values.size(), part.index.size());
+      for (int64_t i = 0; i < part.size; ++i)
+        ASSERT_EQ(part.values[static_cast<size_t>(i)], kIndexBase + part.index[static_cast<size_t>(i)])
             << "Partition::get(" << i << ") must return data[index[" << i << "]]";
-      per_rank.push_back(values_of(part));
+      per_rank.push_back(part.values);
     }
+    ASSERT_EQ(per_rank.size(), static_cast<size_t>(c.world));
     const std::string problem = check_disjoint(per_rank, c.n, c.n / c.world);
     EXPECT_EQ(problem, "");
     std::set<int64_t> all;
@@ -94,100 +129,179 @@ TEST(DataPartitioner, EqualSplitsAreDisjointAndCoverWhatTheSizesPromise) {
 
 TEST(DataPartitioner, EveryRankComputesTheSamePermutation) {
   for (const Case& c : cases()) {
-    SCOPED_TRACE("n = " + std::to_string(c.n) + ", world_size = " + std::to_string(c.world));
+    SCOPED_TRACE(c.name());
     const std::vector<double> sizes(c.world, 1.0 / c.world);
-    kit::DataPartitioner a(fake(c.n), sizes), b(fake(c.n), sizes);
-    ASSERT_EQ(a.num_partitions(), b.num_partitions());
-    for (int64_t k = 0; k < a.num_partitions(); ++k)
-      EXPECT_EQ(values_of(a.use(k)), values_of(b.use(k)))
-          << "two partitioners built from the same data and seed disagree on partition " << k
-          << ": seed the shuffle with `seed` (no std::random_device, no time)";
+    const judge::Record got = judge::subject(
+        [&](judge::Record& out) {
+          kit::DataPartitioner a(fake(c.n), sizes), b(fake(c.n), sizes);
+          out.put("a_count", a.num_partitions());
+          out.put("b_count", b.num_partitions());
+          if (a.num_partitions() != b.num_partitions()) return;
+          std::vector<std::vector<int64_t>> va, vb;
+          for (int64_t k = 0; k < a.num_partitions(); ++k) {
+            va.push_back(values_of(a.use(k)));
+            vb.push_back(values_of(b.use(k)));
+          }
+          out.put("a", va);
+          out.put("b", vb);
+        },
+        c.name());
+    if (!judge::judging()) continue;
+    ASSERT_EQ(got.get<int64_t>("a_count"), got.get<int64_t>("b_count"));
+    const auto a = got.get<std::vector<std::vector<int64_t>>>("a");
+    const auto b = got.get<std::vector<std::vector<int64_t>>>("b");
+    ASSERT_EQ(a.size(), b.size());
+    ASSERT_EQ(static_cast<int64_t>(a.size()), got.get<int64_t>("a_count"));
+    for (size_t k = 0; k < a.size(); ++k)
+      EXPECT_EQ(a[k], b[k]) << "two partitioners built from the same data and seed disagree on partition " << k
+                            << ": seed the shuffle with `seed` (no std::random_device, no time)";
     if (HasFailure()) return;
   }
 }
 
 TEST(DataPartitioner, ShufflesWithTheSeed) {
   const int64_t n = 128;
-  auto order = [&](uint64_t seed) {
-    kit::DataPartitioner p(fake(n), {0.5, 0.5}, seed);
-    std::vector<int64_t> all = values_of(p.use(0)), second = values_of(p.use(1));
-    all.insert(all.end(), second.begin(), second.end());
-    return all;
-  };
-  const auto a = order(1234), b = order(4321);
+  const judge::Record got = judge::subject([&](judge::Record& out) {
+    auto order = [&](uint64_t seed) {
+      kit::DataPartitioner p(fake(n), {0.5, 0.5}, seed);
+      std::vector<int64_t> all = values_of(p.use(0)), second = values_of(p.use(1));
+      all.insert(all.end(), second.begin(), second.end());
+      return all;
+    };
+    out.put("1234", order(1234));
+    out.put("4321", order(4321));
+    out.put("1234 again", order(1234));
+  });
+  if (!judge::judging()) return;
+  const auto a = got.get<std::vector<int64_t>>("1234"), b = got.get<std::vector<int64_t>>("4321");
+  ASSERT_TRUE(got.ok());
   EXPECT_NE(a, b) << "seeds 1234 and 4321 gave the same order " << describe(a) << ": the seed must drive the shuffle";
   std::vector<int64_t> identity(n);
   for (int64_t i = 0; i < n; ++i) identity[static_cast<size_t>(i)] = kIndexBase + i;
   EXPECT_NE(a, identity) << "the positions are not shuffled (partition 0 is the first half of the data)";
-  EXPECT_EQ(order(1234), a) << "the same seed must give the same order";
+  EXPECT_EQ(got.get<std::vector<int64_t>>("1234 again"), a) << "the same seed must give the same order";
 }
 
 TEST(DataPartitioner, DefaultSizesCutFloorOfEachShareAndDropTheRest) {
   // {0.7, 0.2, 0.1} of 15: floor(10.5) = 10, floor(3) = 3, floor(1.5) = 1; one example unused.
-  kit::DataPartitioner p(fake(15));
-  ASSERT_EQ(p.num_partitions(), 3);
-  EXPECT_EQ(p.use(0).size(), 10);
-  EXPECT_EQ(p.use(1).size(), 3);
-  EXPECT_EQ(p.use(2).size(), 1);
-  std::vector<std::vector<int64_t>> parts = {values_of(p.use(0)), values_of(p.use(1)), values_of(p.use(2))};
+  const judge::Record got = judge::subject([&](judge::Record& out) {
+    kit::DataPartitioner p(fake(15));
+    out.put("num_partitions", p.num_partitions());
+    if (p.num_partitions() != 3) return;
+    std::vector<int64_t> sizes;
+    std::vector<std::vector<int64_t>> parts;
+    for (int64_t k = 0; k < 3; ++k) {
+      sizes.push_back(p.use(k).size());
+      parts.push_back(values_of(p.use(k)));
+    }
+    out.put("sizes", sizes);
+    out.put("parts", parts);
+  });
+  if (!judge::judging()) return;
+  ASSERT_EQ(got.get<int64_t>("num_partitions"), 3);
+  const auto sizes = got.get<std::vector<int64_t>>("sizes");
+  const auto parts = got.get<std::vector<std::vector<int64_t>>>("parts");
+  ASSERT_TRUE(sizes.size() == 3 && parts.size() == 3);
+  EXPECT_EQ(sizes[0], 10);
+  EXPECT_EQ(sizes[1], 3);
+  EXPECT_EQ(sizes[2], 1);
   std::set<int64_t> all;
   for (const auto& v : parts) all.insert(v.begin(), v.end());
   EXPECT_EQ(all.size(), 14u) << "partitions overlap";
 }
 
 TEST(DataPartitioner, RejectsSizesAboveOneAndMissingPartitions) {
-  EXPECT_THROW((kit::DataPartitioner(fake(10), {0.6, 0.5})), kit::Error) << "sizes adding up to 1.1";
-  EXPECT_THROW((kit::DataPartitioner(fake(10), {0.5, 0.3, 0.3})), kit::Error) << "sizes adding up to 1.1";
-  EXPECT_THROW((kit::DataPartitioner(fake(10), {-0.2, 0.5})), kit::Error) << "a negative size";
-  kit::DataPartitioner p(fake(10), {0.5, 0.5});
-  EXPECT_THROW(p.use(2), kit::Error) << "partition 2 of 2";
-  EXPECT_THROW(p.use(-1), kit::Error);
-  EXPECT_THROW(p.use(0).get(5), kit::Error) << "item 5 of a 5-item partition";
+  const judge::Record got = judge::subject([&](judge::Record& out) {
+    out.outcome("{0.6, 0.5}", [&] { kit::DataPartitioner(fake(10), {0.6, 0.5}); });
+    out.outcome("{0.5, 0.3, 0.3}", [&] { kit::DataPartitioner(fake(10), {0.5, 0.3, 0.3}); });
+    out.outcome("{-0.2, 0.5}", [&] { kit::DataPartitioner(fake(10), {-0.2, 0.5}); });
+    kit::DataPartitioner p(fake(10), {0.5, 0.5});
+    out.outcome("use(2)", [&] { p.use(2); });
+    out.outcome("use(-1)", [&] { p.use(-1); });
+    out.outcome("use(0).get(5)", [&] { p.use(0).get(5); });
+  });
+  if (!judge::judging()) return;
+  expect_kit_error(got, "{0.6, 0.5}", "sizes adding up to 1.1");
+  expect_kit_error(got, "{0.5, 0.3, 0.3}", "sizes adding up to 1.1");
+  expect_kit_error(got, "{-0.2, 0.5}", "a negative size");
+  expect_kit_error(got, "use(2)", "partition 2 of 2");
+  expect_kit_error(got, "use(-1)", "partition -1");
+  expect_kit_error(got, "use(0).get(5)", "item 5 of a 5-item partition");
 }
 
 TEST(PartitionDataset, EachRankGetsItsShareInBatchesOfBatchSizeOverWorldSize) {
   for (const Case& c : cases()) {
-    SCOPED_TRACE("n = " + std::to_string(c.n) + ", world_size = " + std::to_string(c.world));
+    SCOPED_TRACE(c.name());
     auto data = fake(c.n);
     const int64_t global_batch = 4 * c.world;
-    std::vector<std::vector<int64_t>> per_rank;
-    int64_t batches = -1;
-    for (int r = 0; r < c.world; ++r) {
-      kit::DataLoader loader = kit::partition_dataset(r, c.world, data, global_batch, kit::collate);
-      EXPECT_EQ(loader.batch_size(), 4) << "the per-rank batch is batch_size / world_size";
-      if (batches < 0) batches = loader.num_batches();
-      EXPECT_EQ(loader.num_batches(), batches)
+    const judge::Record got = judge::subject(
+        [&](judge::Record& out) {
+          std::vector<int64_t> batch_sizes, batch_counts;
+          std::vector<std::vector<int64_t>> seen, reference;
+          for (int r = 0; r < c.world; ++r) {
+            kit::DataLoader loader = kit::partition_dataset(r, c.world, data, global_batch, kit::collate);
+            batch_sizes.push_back(loader.batch_size());
+            batch_counts.push_back(loader.num_batches());
+            std::vector<int64_t> served;
+            for (int64_t k = 0; k < loader.num_batches(); ++k) {
+              kit::Batch b = loader.batch(k);
+              served.insert(served.end(), b.indices.begin(), b.indices.end());
+            }
+            seen.push_back(served);
+            // What the student's DataPartitioner, default seed, gives rank r.
+            kit::DataPartitioner partitioner(data, std::vector<double>(c.world, 1.0 / c.world));
+            reference.push_back(values_of(partitioner.use(r)));
+          }
+          out.put("batch_size", batch_sizes);
+          out.put("num_batches", batch_counts);
+          out.put("seen", seen);
+          out.put("partitioner", reference);
+        },
+        c.name());
+    if (!judge::judging()) continue;
+    const auto batch_sizes = got.get<std::vector<int64_t>>("batch_size");
+    const auto batch_counts = got.get<std::vector<int64_t>>("num_batches");
+    const auto seen = got.get<std::vector<std::vector<int64_t>>>("seen");
+    const auto reference = got.get<std::vector<std::vector<int64_t>>>("partitioner");
+    ASSERT_TRUE(got.ok());
+    const size_t W = static_cast<size_t>(c.world);
+    ASSERT_TRUE(batch_sizes.size() == W && batch_counts.size() == W && seen.size() == W && reference.size() == W);
+    for (size_t r = 0; r < W; ++r) {
+      EXPECT_EQ(batch_sizes[r], 4) << "the per-rank batch is batch_size / world_size";
+      EXPECT_EQ(batch_counts[r], batch_counts[0])
           << "rank " << r << " has a different number of batches: its all-reduce would wait forever";
-      std::vector<int64_t> seen;
-      for (int64_t k = 0; k < loader.num_batches(); ++k) {
-        kit::Batch b = loader.batch(k);
-        seen.insert(seen.end(), b.indices.begin(), b.indices.end());
-      }
       // The loader serves partition `rank` of the default-seeded partitioner, in order.
-      kit::DataPartitioner reference(data, std::vector<double>(c.world, 1.0 / c.world));
-      EXPECT_EQ(seen, values_of(reference.use(r))) << "rank " << r << " does not serve DataPartitioner(...).use(rank)";
-      per_rank.push_back(seen);
+      EXPECT_EQ(seen[r], reference[r]) << "rank " << r << " does not serve DataPartitioner(...).use(rank)";
     }
-    EXPECT_EQ(check_disjoint(per_rank, c.n, c.n / c.world), "");
+    EXPECT_EQ(check_disjoint(seen, c.n, c.n / c.world), "");
     if (HasFailure()) return;
   }
 }
 
 TEST(PartitionDataset, UsesTheGivenCollateFunction) {
-  int calls = 0;
-  kit::Collate counting = [&](const std::vector<kit::Example>& ex) {
-    ++calls;
-    return kit::collate(ex);
-  };
-  kit::DataLoader loader = kit::partition_dataset(1, 2, fake(16), 4, counting);
-  loader.batch(0);
-  EXPECT_EQ(calls, 1) << "partition_dataset must pass collate_fn to the DataLoader";
+  const judge::Record got = judge::subject([&](judge::Record& out) {
+    int calls = 0;
+    kit::Collate counting = [&](const std::vector<kit::Example>& ex) {
+      ++calls;
+      return kit::collate(ex);
+    };
+    kit::DataLoader loader = kit::partition_dataset(1, 2, fake(16), 4, counting);
+    loader.batch(0);
+    out.put("calls", calls);
+  });
+  JUDGE EXPECT_EQ(got.get<int>("calls"), 1) << "partition_dataset must pass collate_fn to the DataLoader";
 }
 
 TEST(PartitionDataset, RejectsABatchThatDoesNotSplitEvenly) {
-  EXPECT_THROW(kit::partition_dataset(0, 4, fake(64), 10, kit::collate), kit::Error) << "10 is not a multiple of 4";
-  EXPECT_THROW(kit::partition_dataset(0, 2, fake(64), 0, kit::collate), kit::Error) << "batch size 0";
-  EXPECT_THROW(kit::partition_dataset(2, 2, fake(64), 8, kit::collate), kit::Error) << "rank 2 of 2";
+  const judge::Record got = judge::subject([&](judge::Record& out) {
+    out.outcome("batch 10 on 4", [&] { kit::partition_dataset(0, 4, fake(64), 10, kit::collate); });
+    out.outcome("batch 0", [&] { kit::partition_dataset(0, 2, fake(64), 0, kit::collate); });
+    out.outcome("rank 2 of 2", [&] { kit::partition_dataset(2, 2, fake(64), 8, kit::collate); });
+  });
+  if (!judge::judging()) return;
+  expect_kit_error(got, "batch 10 on 4", "10 is not a multiple of 4");
+  expect_kit_error(got, "batch 0", "batch size 0");
+  expect_kit_error(got, "rank 2 of 2", "rank 2 of 2");
 }
 
 }  // namespace

@@ -17,6 +17,13 @@
 // averaging after the optimizer step, the tied wte/lm_head weight reduced twice, ranks
 // starting from different weights; stale or empty files cannot pass (fresh directory,
 // every parameter required).
+//
+// Subject and judge (tests/judge/judge.h): the program runs the student's code, so it runs in
+// each case's subject part, which records what it did (exit code, output, seconds, processes
+// left behind) and the contents of the ranks' files as tensors. The single-process reference
+// is the judge's, computed with the kit's given code only (the model, masked_cross_entropy,
+// AdamW: the step written out below), never with the student's train_step: a train_step that
+// is wrong at world size 1 must not hide an average_gradients that is wrong at world size 2.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -32,15 +39,18 @@
 
 #include "data/dataset.h"
 #include "dp_test_util.h"
+#include "judge/judge.h"
+#include "judge/tensor.h"
 #include "kit/config.h"
 #include "model/gpt2.h"
-#include "project/utils.h"
 #include "train/loop.h"
+#include "train/loss.h"
 #include "build_programs.h"
 
 
 namespace {
 namespace fs = std::filesystem;
+namespace judge = kit::judge;
 using Env = std::vector<std::pair<std::string, std::string>>;
 
 constexpr int kSteps = 3;
@@ -94,6 +104,58 @@ dp_test::RunResult run_program(const std::vector<std::string>& argv, Env env, co
   return dp_test::run(argv, env, log, timeout_s);
 }
 
+// ------------------------------------------------------------------ records
+
+// A program run as data: what a subject part records of it, and the judge reads back.
+void put_run(judge::Record& out, const std::string& name, const dp_test::RunResult& r) {
+  out.put(name + "/exitcode", r.exitcode);
+  out.put(name + "/timed_out", r.timed_out);
+  out.put(name + "/seconds", r.seconds);
+  out.put(name + "/output", r.output);
+}
+dp_test::RunResult get_run(const judge::Record& got, const std::string& name) {
+  dp_test::RunResult r;
+  r.exitcode = got.get<int>(name + "/exitcode");
+  r.timed_out = got.get<bool>(name + "/timed_out");
+  r.seconds = got.get<double>(name + "/seconds");
+  r.output = got.get<std::string>(name + "/output");
+  return r;
+}
+
+using RankFile = std::map<std::string, torch::Tensor>;
+
+// The subject's record of a finished --save-grads run of `world` ranks: each rank's file (its
+// path, whether it exists, its tensors by key), under `name`.
+void put_rank_files(judge::Record& out, const std::string& name, const Tiny& tiny, int world) {
+  std::vector<std::string> paths;
+  std::vector<bool> present;
+  std::vector<RankFile> files;
+  for (int r = 0; r < world; ++r) {
+    const std::string path = tiny.grads_dir() + "/rank" + std::to_string(r) + ".pt";
+    paths.push_back(path);
+    present.push_back(fs::exists(path));
+    files.push_back(present.back() ? dp_test::load_rank_file(path) : RankFile{});
+  }
+  out.put(name + "/paths", paths);
+  out.put(name + "/present", present);
+  out.put(name + "/files", files);
+}
+
+struct RankFiles {
+  std::vector<std::string> paths;
+  std::vector<bool> present;
+  std::vector<RankFile> files;
+};
+RankFiles get_rank_files(const judge::Record& got, const std::string& name) {
+  RankFiles f;
+  f.paths = got.get<std::vector<std::string>>(name + "/paths");
+  f.present = got.get<std::vector<bool>>(name + "/present");
+  f.files = got.get<std::vector<RankFile>>(name + "/files");
+  return f;
+}
+
+// ------------------------------------------------------------------ the judge's reference
+
 struct Difference {
   double max_abs = 0;
   double allowed = 0;
@@ -115,15 +177,29 @@ std::string hint_for(const Difference& d) {
   return " (gradients not averaged across ranks, different examples, or different starting weights?)";
 }
 
-// Everything this file checks about one finished --save-grads run of `world` ranks.
-void expect_matches_single_process(const Tiny& tiny, int world) {
+// One single-process training step, written out with the kit's given code (what train_step
+// does at world size 1): the judge's reference never calls the student's train_step.
+void reference_step(kit::GPT2& model, torch::optim::Optimizer& opt, const kit::Batch& batch) {
+  opt.zero_grad();
+  auto logits = model->forward(batch.input);
+  auto loss = kit::masked_cross_entropy(logits, batch.labels, batch.mask);
+  loss.backward();
+  opt.step();
+}
+
+// In a JUDGE part: everything this file checks about one finished --save-grads run of `world`
+// ranks, whose files the subject recorded (put_rank_files), against one process training on
+// the union of the ranks' examples, computed here.
+void expect_matches_single_process(const Tiny& tiny, int world, const RankFiles& files) {
   const int64_t per_rank = kGlobalBatch / world;
-  std::vector<std::map<std::string, torch::Tensor>> ranks;
+  ASSERT_EQ(files.present.size(), static_cast<size_t>(world));
+  ASSERT_TRUE(files.files.size() == files.present.size() && files.paths.size() == files.present.size());
+  std::vector<RankFile> ranks;
   for (int r = 0; r < world; ++r) {
-    const std::string path = tiny.grads_dir() + "/rank" + std::to_string(r) + ".pt";
-    ASSERT_TRUE(fs::exists(path)) << "rank " << r << " wrote no " << path;
-    ranks.push_back(dp_test::load_rank_file(path));
-    ASSERT_TRUE(ranks.back().count("indices")) << path << " has no example indices";
+    ASSERT_TRUE(files.present[r]) << "rank " << r << " wrote no " << files.paths[r];
+    ranks.push_back(files.files[r]);
+    ASSERT_TRUE(ranks.back().count("indices") && ranks.back()["indices"].defined())
+        << files.paths[r] << " has no example indices";
     ASSERT_EQ(ranks.back()["indices"].sizes(), torch::IntArrayRef({kSteps, per_rank}))
         << "rank " << r << " did not take " << kSteps << " steps of batch_size / world_size = " << per_rank;
   }
@@ -145,11 +221,11 @@ void expect_matches_single_process(const Tiny& tiny, int world) {
   // The ranks' whole partitions: disjoint, and together W equal shares of the data.
   std::map<int64_t, int> owner;
   for (int r = 0; r < world; ++r) {
-    ASSERT_TRUE(ranks[r].count("partition")) << "rank " << r << " saved no partition";
+    ASSERT_TRUE(ranks[r].count("partition") && ranks[r]["partition"].defined()) << "rank " << r << " saved no partition";
     const auto part = ranks[r]["partition"];
     EXPECT_EQ(part.numel(), ranks[0]["partition"].numel()) << "rank " << r << "'s partition differs in size from rank 0's";
     for (int64_t i = 0; i < part.numel(); ++i) {
-      const int64_t ex = part[i].item<int64_t>();
+      const int64_t ex = part.flatten()[i].item<int64_t>();
       auto [it, fresh] = owner.emplace(ex, r);
       ASSERT_TRUE(fresh) << "example " << ex << " is in the partitions of rank " << it->second << " and rank " << r
                          << ": the ranks' partitions overlap";
@@ -164,13 +240,18 @@ void expect_matches_single_process(const Tiny& tiny, int world) {
   kit::TrainConfig tc;
   tc.lr = kLr;
   auto opt = kit::make_optimizer(*model, tc);
-  auto forward = [&](const torch::Tensor& x) { return model->forward(x); };
   std::map<std::string, torch::Tensor> ref_grads;
   for (int64_t k = 0; k < kSteps; ++k) {
     std::vector<kit::Example> full_batch;
     for (int r = 0; r < world; ++r)
-      for (int64_t i = 0; i < per_rank; ++i) full_batch.push_back(data.train->get(ranks[r]["indices"][k][i].item<int64_t>()));
-    kit::train_step(forward, *model, *opt, kit::collate(full_batch), 1);
+      for (int64_t i = 0; i < per_rank; ++i) {
+        const int64_t ex = ranks[r]["indices"][k][i].item<int64_t>();
+        ASSERT_TRUE(ex >= 0 && ex < data.train->size())
+            << "rank " << r << " step " << k << " used example " << ex << ", which is not in the training set of "
+            << data.train->size();
+        full_batch.push_back(data.train->get(ex));
+      }
+    reference_step(model, *opt, kit::collate(full_batch));
     if (k == 0)
       for (const auto& p : model->named_parameters()) ref_grads[p.key()] = p.value().grad().detach().clone();
   }
@@ -191,6 +272,7 @@ void expect_matches_single_process(const Tiny& tiny, int world) {
                                         << "full-batch gradient: max abs difference " << dg.max_abs << " (allowed "
                                         << dg.allowed << "), norm ratio " << dg.ratio << hint_for(dg);
       ASSERT_TRUE(got.count(w) && got[w].defined()) << "no parameter saved for " << p.key();
+      ASSERT_EQ(got[w].sizes(), p.value().sizes()) << p.key();
       const double diff = (got[w] - p.value().detach()).abs().max().item<double>();
       const double allowed = 1e-5 + 1e-4 * p.value().abs().max().item<double>();
       EXPECT_LE(diff, allowed) << "parameter " << p.key() << " after " << kSteps << " steps differs from the "
@@ -199,12 +281,13 @@ void expect_matches_single_process(const Tiny& tiny, int world) {
                                   "optimizer.step(), from the same starting weights";
     }
     if (world > 1) {
-      ASSERT_TRUE(got.count("allreduce_bytes_step0"));
+      ASSERT_TRUE(got.count("allreduce_bytes_step0") && got["allreduce_bytes_step0"].numel() == 1);
       const int64_t bytes = got["allreduce_bytes_step0"].item<int64_t>();
       EXPECT_EQ(bytes, unique_bytes)
           << "one step all-reduced " << bytes << " bytes, the model's parameters hold " << unique_bytes
           << " bytes: each gradient must be reduced exactly once (the tied wte/lm_head weight is one parameter; "
           << (bytes > unique_bytes ? "something was reduced twice)" : "some gradient was not reduced)");
+      ASSERT_TRUE(got.count("allreduce_calls_step0") && got["allreduce_calls_step0"].numel() == 1);
       EXPECT_GE(got["allreduce_calls_step0"].item<int64_t>(), 1);
     }
   }
@@ -217,21 +300,34 @@ std::string describe(const dp_test::RunResult& r) {
   return s.str();
 }
 
+// ------------------------------------------------------------------ runs
+
 // Runs the program in `dir` on `world` ranks that the kit starts, saving the gradients, and
-// checks them against one process on the full batch.
-void expect_kit_started_world_matches_one_process(const dp_test::TempDir& dir, int world) {
+// checks them against one process on the full batch; with `leftovers`, also that no process
+// of the run outlives it.
+void expect_kit_started_world_matches_one_process(const dp_test::TempDir& dir, int world, bool leftovers = false) {
   Tiny tiny(dir);
-  auto args = tiny.save_args();
-  args.insert(args.end(), {"--world-size", std::to_string(world)});
-  auto r = run_program(args, {}, dir / "run.log");
+  const judge::Record got = judge::subject(
+      [&](judge::Record& out) {
+        auto args = tiny.save_args();
+        args.insert(args.end(), {"--world-size", std::to_string(world)});
+        const auto r = run_program(args, {}, dir / "run.log");
+        put_run(out, "run", r);
+        if (r.exitcode == 0) put_rank_files(out, "files", tiny, world);
+        if (leftovers) out.put("leftovers", dp_test::leftovers_after(dir.path(), 5));
+      },
+      "run_data_parallel --world-size " + std::to_string(world));
+  if (!judge::judging()) return;
+  const auto r = get_run(got, "run");
+  ASSERT_TRUE(got.ok());
   ASSERT_EQ(r.exitcode, 0) << describe(r);
-  expect_matches_single_process(tiny, world);
+  ASSERT_NO_FATAL_FAILURE(expect_matches_single_process(tiny, world, get_rank_files(got, "files")));
+  if (leftovers) EXPECT_EQ(got.get<std::vector<std::string>>("leftovers"), std::vector<std::string>{});
 }
 
 TEST(DataParallelRun, TwoRanksStartedByTheKitMatchOneProcessOnTheFullBatch) {
   dp_test::TempDir dir("kit2");
-  ASSERT_NO_FATAL_FAILURE(expect_kit_started_world_matches_one_process(dir, 2));
-  EXPECT_EQ(dp_test::leftovers_after(dir.path(), 5), std::vector<std::string>{});
+  expect_kit_started_world_matches_one_process(dir, 2, /*leftovers=*/true);
 }
 
 // torchrun-style: the test starts the two ranks itself with RANK, WORLD_SIZE,
@@ -244,28 +340,48 @@ void run_two_ranks_from_environment(const char* name,
                                     const std::function<EnvList(int rank, const std::string& port)>& env) {
   dp_test::TempDir dir(name);
   Tiny tiny(dir);
-  // Rank 0 prepares the data while rank 1 waits; both then read it. Prepare it first
-  // here anyway so the ranks start together.
-  kit::load_training_data(tiny.data_config());
-  const std::string port = std::to_string(dp_test::free_port());
-  std::vector<kit::Process> ranks;
-  for (int r = 0; r < 2; ++r) {
-    kit::Command cmd;
-    cmd.argv = tiny.save_args();
-    cmd.env = env(r, port);
-    cmd.env.insert(cmd.env.end(), {{"KIT_STORE_HOSTED", ""}, {"KIT_DIST_TIMEOUT", "30"}});
-    cmd.output = dir / ("rank" + std::to_string(r) + ".log");
-    ranks.emplace_back(cmd, r);
-  }
-  for (auto& p : ranks) p.start();
-  for (auto& p : ranks) {
-    if (!p.join_for(std::chrono::seconds(90))) p.kill();
-    p.join();
-  }
+  const judge::Record got = judge::subject(
+      [&](judge::Record& out) {
+        // Rank 0 prepares the data while rank 1 waits; both then read it. Prepare it first
+        // here anyway so the ranks start together.
+        kit::load_training_data(tiny.data_config());
+        const std::string port = std::to_string(dp_test::free_port());
+        std::vector<kit::Process> ranks;
+        for (int r = 0; r < 2; ++r) {
+          kit::Command cmd;
+          cmd.argv = tiny.save_args();
+          cmd.env = env(r, port);
+          cmd.env.insert(cmd.env.end(), {{"KIT_STORE_HOSTED", ""}, {"KIT_DIST_TIMEOUT", "30"}});
+          cmd.output = dir / ("rank" + std::to_string(r) + ".log");
+          ranks.emplace_back(cmd, r);
+        }
+        for (auto& p : ranks) p.start();
+        for (auto& p : ranks) {
+          if (!p.join_for(std::chrono::seconds(90))) p.kill();
+          p.join();
+        }
+        std::vector<std::optional<int>> exitcodes;
+        std::vector<std::string> exits, logs;
+        for (int r = 0; r < 2; ++r) {
+          exitcodes.push_back(ranks[r].exitcode());
+          exits.push_back(ranks[r].describe_exit());
+          logs.push_back(dp_test::read_file(dir / ("rank" + std::to_string(r) + ".log")));
+        }
+        out.put("exitcodes", exitcodes);
+        out.put("exits", exits);
+        out.put("logs", logs);
+        put_rank_files(out, "files", tiny, 2);
+      },
+      name);
+  if (!judge::judging()) return;
+  const auto exitcodes = got.get<std::vector<std::optional<int>>>("exitcodes");
+  const auto exits = got.get<std::vector<std::string>>("exits");
+  const auto logs = got.get<std::vector<std::string>>("logs");
+  ASSERT_TRUE(got.ok());
+  ASSERT_TRUE(exitcodes.size() == 2 && exits.size() == 2 && logs.size() == 2);
   for (int r = 0; r < 2; ++r)
-    ASSERT_EQ(ranks[r].exitcode(), std::optional<int>(0))
-        << "rank " << r << " " << ranks[r].describe_exit() << ":\n" << dp_test::read_file(dir / ("rank" + std::to_string(r) + ".log"));
-  expect_matches_single_process(tiny, 2);
+    ASSERT_EQ(exitcodes[r], std::optional<int>(0)) << "rank " << r << " " << exits[r] << ":\n" << logs[r];
+  expect_matches_single_process(tiny, 2, get_rank_files(got, "files"));
 }
 
 TEST(DataParallelRun, TwoRanksFromTorchrunStyleVariablesMatchOneProcess) {
@@ -293,26 +409,38 @@ TEST(DataParallelRun, TwoRanksFromSrunVariablesMatchOneProcess) {
 TEST(DataParallelBucketed, OverlappedBucketsGiveWhatAverageGradientsGives) {
   dp_test::TempDir dir("bucketed");
   Tiny tiny(dir);
-  auto args = tiny.save_args();
-  args.insert(args.end(), {"--world-size", "2"});
-  auto r = run_program(args, {}, dir / "average.log");
-  ASSERT_EQ(r.exitcode, 0) << describe(r);
-  std::vector<std::map<std::string, torch::Tensor>> averaged;
-  for (int rank = 0; rank < 2; ++rank)
-    averaged.push_back(dp_test::load_rank_file(tiny.grads_dir() + "/rank" + std::to_string(rank) + ".pt"));
-  fs::remove_all(tiny.grads_dir());
+  const judge::Record got = judge::subject([&](judge::Record& out) {
+    auto args = tiny.save_args();
+    args.insert(args.end(), {"--world-size", "2"});
+    auto r = run_program(args, {}, dir / "average.log");
+    put_run(out, "average", r);
+    if (r.exitcode != 0) return;
+    put_rank_files(out, "averaged", tiny, 2);
+    fs::remove_all(tiny.grads_dir());
 
-  args.insert(args.end(), {"--bucket-mb", "0.01"});  // ~10 KB: the tiny model fills several buckets
-  r = run_program(args, {}, dir / "bucketed.log");
+    args.insert(args.end(), {"--bucket-mb", "0.01"});  // ~10 KB: the tiny model fills several buckets
+    r = run_program(args, {}, dir / "bucketed.log");
+    put_run(out, "bucketed", r);
+    if (r.exitcode == 0) put_rank_files(out, "files", tiny, 2);
+  });
+  if (!judge::judging()) return;
+  auto r = get_run(got, "average");
+  ASSERT_TRUE(got.ok());
   ASSERT_EQ(r.exitcode, 0) << describe(r);
-  expect_matches_single_process(tiny, 2);
+  const RankFiles averaged = get_rank_files(got, "averaged");
+  r = get_run(got, "bucketed");
+  ASSERT_EQ(r.exitcode, 0) << describe(r);
+  const RankFiles bucketed = get_rank_files(got, "files");
+  expect_matches_single_process(tiny, 2, bucketed);
+  ASSERT_TRUE(averaged.files.size() == 2 && bucketed.files.size() == 2);
   for (int rank = 0; rank < 2; ++rank) {
-    auto got = dp_test::load_rank_file(tiny.grads_dir() + "/rank" + std::to_string(rank) + ".pt");
-    EXPECT_GT(got["allreduce_calls_step0"].item<int64_t>(), 2) << "the buckets were not small enough to test overlap";
-    for (const auto& [key, want] : averaged[rank]) {
+    auto got_rank = bucketed.files[rank];
+    ASSERT_TRUE(got_rank.count("allreduce_calls_step0") && got_rank["allreduce_calls_step0"].numel() == 1);
+    EXPECT_GT(got_rank["allreduce_calls_step0"].item<int64_t>(), 2) << "the buckets were not small enough to test overlap";
+    for (const auto& [key, want] : averaged.files[rank]) {
       if (key.rfind("grad/", 0) != 0 && key.rfind("param/", 0) != 0) continue;
-      ASSERT_TRUE(got.count(key) && got[key].defined()) << "the bucketed run saved no " << key;
-      const double diff = (got[key] - want).abs().max().item<double>();
+      ASSERT_TRUE(got_rank.count(key) && got_rank[key].defined()) << "the bucketed run saved no " << key;
+      const double diff = (got_rank[key] - want).abs().max().item<double>();
       EXPECT_LE(diff, 1e-6) << "rank " << rank << ": " << key << " differs between --bucket-mb 0.01 and "
                             << "average_gradients by " << diff;
     }
@@ -327,14 +455,36 @@ TEST(DataParallelRun, AWorldOfOneMatchesOneProcess) {
 TEST(DataParallelRun, TrainsEpochsAndWritesEachRanksMetrics) {
   dp_test::TempDir dir("epochs");
   Tiny tiny(dir);
-  auto args = tiny.args();
-  args.insert(args.end(), {"--world-size", "2", "--epochs", "2", "--max-batches", "2"});
-  auto r = run_program(args, {}, dir / "run.log");
+  const judge::Record got = judge::subject([&](judge::Record& out) {
+    auto args = tiny.args();
+    args.insert(args.end(), {"--world-size", "2", "--epochs", "2", "--max-batches", "2"});
+    const auto r = run_program(args, {}, dir / "run.log");
+    put_run(out, "run", r);
+    std::vector<std::string> paths, metrics;
+    std::vector<bool> present;
+    for (int rank = 0; rank < 2; ++rank) {
+      paths.push_back(dir / ("metrics/" + std::to_string(rank) + ".json"));
+      present.push_back(fs::exists(paths.back()));
+      metrics.push_back(present.back() ? dp_test::read_file(paths.back()) : std::string());
+    }
+    out.put("paths", paths);
+    out.put("present", present);
+    out.put("metrics", metrics);
+  });
+  if (!judge::judging()) return;
+  const auto r = get_run(got, "run");
+  const auto paths = got.get<std::vector<std::string>>("paths");
+  const auto present = got.get<std::vector<bool>>("present");
+  const auto metrics = got.get<std::vector<std::string>>("metrics");
+  ASSERT_TRUE(got.ok());
   ASSERT_EQ(r.exitcode, 0) << describe(r);
+  ASSERT_TRUE(paths.size() == 2 && present.size() == 2 && metrics.size() == 2);
   for (int rank = 0; rank < 2; ++rank) {
-    const std::string path = dir / ("metrics/" + std::to_string(rank) + ".json");
-    ASSERT_TRUE(fs::exists(path)) << path << "\n" << r.output;
-    auto j = nlohmann::json::parse(dp_test::read_file(path));
+    ASSERT_TRUE(present[rank]) << paths[rank] << "\n" << r.output;
+    const auto j = nlohmann::json::parse(metrics[rank], nullptr, /*allow_exceptions=*/false);
+    ASSERT_FALSE(j.is_discarded()) << paths[rank] << " is not JSON:\n" << metrics[rank];
+    ASSERT_TRUE(j.is_object() && j.contains("epochs") && j["epochs"].is_array() && j.contains("run"))
+        << paths[rank] << ":\n" << metrics[rank];
     ASSERT_EQ(j["epochs"].size(), 2u);
     EXPECT_EQ(j["run"]["world_size"], 2);
     EXPECT_EQ(j["run"]["per_rank_batch_size"], kGlobalBatch / 2);
@@ -342,6 +492,7 @@ TEST(DataParallelRun, TrainsEpochsAndWritesEachRanksMetrics) {
       EXPECT_EQ(e["rank"], rank);
       EXPECT_EQ(e["batches"], 2);
       EXPECT_EQ(e["tokens"], 2 * (kGlobalBatch / 2) * tiny.data_config().seq_len) << "tokens = batches * B * T per rank";
+      ASSERT_TRUE(e["tokens_per_sec"].is_number()) << paths[rank] << ": tokens_per_sec";
       EXPECT_GT(e["tokens_per_sec"].get<double>(), 0);
       EXPECT_TRUE(e["validation_loss"].is_number());
     }
@@ -354,9 +505,15 @@ TEST(DataParallelRun, TrainsEpochsAndWritesEachRanksMetrics) {
 TEST(DataParallelFailure, AFailingRankStopsTheRunWithinSecondsAndIsNamed) {
   dp_test::TempDir dir("fail");
   Tiny tiny(dir);
-  auto args = tiny.save_args();
-  args.insert(args.end(), {"--world-size", "2", "--fail-rank", "1"});
-  auto r = run_program(args, {}, dir / "run.log", 60);
+  const judge::Record got = judge::subject([&](judge::Record& out) {
+    auto args = tiny.save_args();
+    args.insert(args.end(), {"--world-size", "2", "--fail-rank", "1"});
+    put_run(out, "run", run_program(args, {}, dir / "run.log", 60));
+    out.put("leftovers", dp_test::leftovers_after(dir.path(), 5));
+  });
+  if (!judge::judging()) return;
+  const auto r = get_run(got, "run");
+  ASSERT_TRUE(got.ok());
   EXPECT_FALSE(r.timed_out) << describe(r);
   EXPECT_NE(r.exitcode, 0) << describe(r);
   EXPECT_LT(r.seconds, 30) << describe(r);
@@ -364,37 +521,51 @@ TEST(DataParallelFailure, AFailingRankStopsTheRunWithinSecondsAndIsNamed) {
       << "the launcher must name the failed rank first; " << describe(r);
   EXPECT_NE(r.output.find("fails on purpose"), std::string::npos) << "the rank's own error must be shown; "
                                                                    << describe(r);
-  EXPECT_EQ(dp_test::leftovers_after(dir.path(), 5), std::vector<std::string>{}) << "processes left behind";
+  EXPECT_EQ(got.get<std::vector<std::string>>("leftovers"), std::vector<std::string>{}) << "processes left behind";
 }
 
 TEST(DataParallelFailure, ABusyPortIsAClearErrorNotAHang) {
   dp_test::TempDir dir("busy");
   Tiny tiny(dir);
-  dp_test::BusyPort busy;
-  const std::string port = std::to_string(busy.port());
-  // The kit's launcher serves the rendezvous itself ...
-  auto args = tiny.save_args();
-  args.insert(args.end(), {"--world-size", "2", "--port", port});
-  auto r = run_program(args, {}, dir / "launcher.log", 60);
+  const judge::Record got = judge::subject([&](judge::Record& out) {
+    dp_test::BusyPort busy;
+    const std::string port = std::to_string(busy.port());
+    out.put("port", port);
+    // The kit's launcher serves the rendezvous itself ...
+    auto args = tiny.save_args();
+    args.insert(args.end(), {"--world-size", "2", "--port", port});
+    put_run(out, "launcher", run_program(args, {}, dir / "launcher.log", 60));
+    // ... and under torchrun-style variables rank 0 serves it.
+    put_run(out, "rank0",
+            run_program(tiny.save_args(),
+                        {{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", port}},
+                        dir / "rank0.log", 60));
+    out.put("leftovers", dp_test::leftovers_after(dir.path(), 5));
+  });
+  if (!judge::judging()) return;
+  const auto port = got.get<std::string>("port");
+  const auto r = get_run(got, "launcher"), r0 = get_run(got, "rank0");
+  ASSERT_TRUE(got.ok());
   EXPECT_EQ(r.exitcode, 1) << describe(r);
   EXPECT_LT(r.seconds, 20) << describe(r);
   EXPECT_NE(r.output.find("port " + port + ": the port is already in use"), std::string::npos) << describe(r);
   EXPECT_NE(r.output.find("--port 0"), std::string::npos) << "the message must say how to fix it; " << describe(r);
-  // ... and under torchrun-style variables rank 0 serves it.
-  auto r0 = run_program(tiny.save_args(),
-                        {{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", port}},
-                        dir / "rank0.log", 60);
   EXPECT_EQ(r0.exitcode, 1) << describe(r0);
   EXPECT_NE(r0.output.find("port " + port + ": the port is already in use"), std::string::npos) << describe(r0);
-  EXPECT_EQ(dp_test::leftovers_after(dir.path(), 5), std::vector<std::string>{}) << "processes left behind";
+  EXPECT_EQ(got.get<std::vector<std::string>>("leftovers"), std::vector<std::string>{}) << "processes left behind";
 }
 
 TEST(DataParallelFailure, ABatchThatDoesNotSplitIsRejectedBeforeStarting) {
   dp_test::TempDir dir("batch");
   Tiny tiny(dir);
-  auto args = tiny.args();
-  args.insert(args.end(), {"--world-size", "3"});  // global batch 8
-  auto r = run_program(args, {}, dir / "run.log", 30);
+  const judge::Record got = judge::subject([&](judge::Record& out) {
+    auto args = tiny.args();
+    args.insert(args.end(), {"--world-size", "3"});  // global batch 8
+    put_run(out, "run", run_program(args, {}, dir / "run.log", 30));
+  });
+  if (!judge::judging()) return;
+  const auto r = get_run(got, "run");
+  ASSERT_TRUE(got.ok());
   EXPECT_EQ(r.exitcode, 1) << describe(r);
   EXPECT_NE(r.output.find("not divisible by --world-size 3"), std::string::npos) << describe(r);
 }
