@@ -5,6 +5,8 @@
 // with l and c (as attention's cost does), on tables that do not (nothing in TeraPipe's
 // algorithm needs convexity or monotonicity), and for K = 1 .. 8 stages. Its sum and max
 // must be those of the slicing it returns, and the slices must add up to L.
+// The subject parts call the student's optimal_slicing and record the slicings it returned;
+// brute force and every check are the judge's (tests/judge/judge.h).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,10 +14,32 @@
 #include <random>
 #include <vector>
 
+#include "judge/judge.h"
 #include "kit/errors.h"
 #include "terapipe/slicing.h"
 
+namespace kit::judge {
+// A slicing as {lengths, sum, max}.
+template <>
+struct Codec<kit::terapipe::Slicing> {
+  static Value put(const kit::terapipe::Slicing& s) {
+    Value v;
+    v.kind = Value::Kind::Map;
+    v.map.emplace_back("lengths", Codec<std::vector<int64_t>>::put(s.lengths));
+    v.map.emplace_back("sum", Codec<double>::put(s.sum));
+    v.map.emplace_back("max", Codec<double>::put(s.max));
+    return v;
+  }
+  static bool get(const Value& v, kit::terapipe::Slicing* out) {
+    const Value *l = v.find("lengths"), *s = v.find("sum"), *m = v.find("max");
+    return v.kind == Value::Kind::Map && l && s && m && Codec<std::vector<int64_t>>::get(*l, &out->lengths) &&
+           Codec<double>::get(*s, &out->sum) && Codec<double>::get(*m, &out->max);
+  }
+};
+}  // namespace kit::judge
+
 namespace {
+namespace judge = kit::judge;
 using kit::terapipe::Latency;
 using kit::terapipe::Slicing;
 
@@ -51,14 +75,38 @@ Latency random_table(std::mt19937& rng, int64_t L, bool bumpy) {
   return [table](int64_t l, int64_t c) { return table[static_cast<size_t>(l)][static_cast<size_t>(c)]; };
 }
 
-void expect_optimal(int64_t L, int64_t K, const Latency& t, const std::string& what) {
-  const Slicing s = kit::terapipe::optimal_slicing(L, K, t);
+// One DP problem: L tokens, K stages, a latency table, and its name in messages.
+struct Problem {
+  int64_t L, K;
+  Latency t;
+  std::string what;
+};
+
+// The subject part: optimal_slicing of every problem, recorded in order.
+std::vector<Slicing> solve_in_subject(const std::vector<Problem>& problems) {
+  const judge::Record got = judge::subject([&](judge::Record& out) {
+    std::vector<Slicing> all;
+    for (const auto& p : problems) all.push_back(kit::terapipe::optimal_slicing(p.L, p.K, p.t));
+    out.put("slicings", all);
+  });
+  auto all = got.get<std::vector<Slicing>>("slicings");
+  if (got.ok() && all.size() != problems.size())
+    ADD_FAILURE() << all.size() << " slicings recorded for " << problems.size() << " problems";
+  all.resize(problems.size());
+  return all;
+}
+
+void expect_optimal(const Problem& p, const Slicing& s) {
+  const int64_t L = p.L, K = p.K;
+  const Latency& t = p.t;
+  const std::string& what = p.what;
   int64_t total = 0;
   for (const int64_t l : s.lengths) {
     EXPECT_GE(l, 1) << what;
     total += l;
   }
   ASSERT_EQ(total, L) << what << ": the slices " << kit::terapipe::to_string(s.lengths) << " do not add up to L";
+  ASSERT_TRUE(std::all_of(s.lengths.begin(), s.lengths.end(), [](int64_t l) { return l >= 1; })) << what;
   const Slicing again = kit::terapipe::evaluate(s.lengths, L, t);
   EXPECT_NEAR(s.sum, again.sum, 1e-9) << what << ": the sum reported is not the slicing's";
   EXPECT_NEAR(s.max, again.max, 1e-9) << what << ": the max reported is not the slicing's";
@@ -66,43 +114,56 @@ void expect_optimal(int64_t L, int64_t K, const Latency& t, const std::string& w
       << what << ": " << kit::terapipe::to_string(s.lengths) << " is not the best slicing";
 }
 
+void expect_all_optimal(const std::vector<Problem>& problems) {
+  const std::vector<Slicing> got = solve_in_subject(problems);
+  if (!judge::judging()) return;
+  for (size_t i = 0; i < problems.size(); ++i) expect_optimal(problems[i], got[i]);
+}
+
 }  // namespace
 
 TEST(Slicing, EqualsBruteForceOnIncreasingTables) {
   std::mt19937 rng(7);
+  std::vector<Problem> problems;
   for (int64_t L : {1, 2, 5, 9, 14})
-    for (int64_t K : {1, 2, 4, 8}) {
-      const Latency t = random_table(rng, L, false);
-      expect_optimal(L, K, t, "L = " + std::to_string(L) + ", K = " + std::to_string(K));
-    }
+    for (int64_t K : {1, 2, 4, 8})
+      problems.push_back({L, K, random_table(rng, L, false), "L = " + std::to_string(L) + ", K = " + std::to_string(K)});
+  expect_all_optimal(problems);
 }
 
 TEST(Slicing, EqualsBruteForceOnTablesThatAreNotConvex) {
   std::mt19937 rng(11);
+  std::vector<Problem> problems;
   for (int round = 0; round < 6; ++round)
     for (int64_t K : {1, 3, 8}) {
       const int64_t L = 8 + 2 * (round % 4);
-      expect_optimal(L, K, random_table(rng, L, true),
-                     "bumpy table " + std::to_string(round) + ", L = " + std::to_string(L) + ", K = " +
-                         std::to_string(K));
+      problems.push_back({L, K, random_table(rng, L, true),
+                          "bumpy table " + std::to_string(round) + ", L = " + std::to_string(L) + ", K = " +
+                              std::to_string(K)});
     }
+  expect_all_optimal(problems);
 }
 
 // When context costs nothing, t = a + b*l: for any number of slices the sum is the same, so
 // the best slicing evens out the max: its lengths differ by at most one.
 TEST(Slicing, SlicesEvenlyWhenContextCostsNothing) {
   const Latency t = [](int64_t l, int64_t) { return 1.0 + 0.5 * static_cast<double>(l); };
-  for (int64_t K : {2, 4, 16}) {
-    const Slicing s = kit::terapipe::optimal_slicing(12, K, t);
+  const std::vector<int64_t> Ks{2, 4, 16};
+  std::vector<Problem> problems;
+  for (int64_t K : Ks) problems.push_back({12, K, t, "K = " + std::to_string(K)});
+  const std::vector<Slicing> got = solve_in_subject(problems);
+  if (!judge::judging()) return;
+  for (size_t i = 0; i < Ks.size(); ++i) {
+    const int64_t K = Ks[i];
+    const Slicing& s = got[i];
     ASSERT_FALSE(s.lengths.empty());
     const auto [lo, hi] = std::minmax_element(s.lengths.begin(), s.lengths.end());
     EXPECT_LE(*hi - *lo, 1) << "K = " << K << ": " << kit::terapipe::to_string(s.lengths);
     EXPECT_NEAR(kit::terapipe::evaluate(s.lengths, 12, t).time(K), brute_force(12, K, t), 1e-9)
         << "K = " << K << ": " << kit::terapipe::to_string(s.lengths);
   }
-  // More stages make the slowest slice count more, so more (smaller) slices.
-  EXPECT_LT(kit::terapipe::optimal_slicing(12, 2, t).lengths.size(),
-            kit::terapipe::optimal_slicing(12, 16, t).lengths.size());
+  // More stages make the slowest slice count more, so more (smaller) slices (K = 2 and 16).
+  EXPECT_LT(got[0].lengths.size(), got[2].lengths.size());
 }
 
 // With one stage there is no pipeline to fill: the (K - 1) max term is 0 and a fixed cost per
@@ -110,20 +171,27 @@ TEST(Slicing, SlicesEvenlyWhenContextCostsNothing) {
 // worst: the max term is what the dynamic program must weigh.
 TEST(Slicing, TheMaxTermDecidesBetweenOneSliceAndMany) {
   const Latency t = [](int64_t l, int64_t c) { return 1.0 + static_cast<double>(l) * (1.0 + 0.01 * c); };
-  EXPECT_EQ(kit::terapipe::optimal_slicing(12, 1, t).lengths, std::vector<int64_t>{12});
-  const Slicing many = kit::terapipe::optimal_slicing(12, 8, t);
+  const std::vector<Slicing> got = solve_in_subject({{12, 1, t, "K = 1"}, {12, 8, t, "K = 8"}});
+  if (!judge::judging()) return;
+  EXPECT_EQ(got[0].lengths, std::vector<int64_t>{12});
+  const Slicing& many = got[1];
   EXPECT_GT(many.lengths.size(), 1u) << kit::terapipe::to_string(many.lengths);
   EXPECT_NEAR(many.time(8), brute_force(12, 8, t), 1e-9);
 }
 
 TEST(Slicing, EvaluateAndBadArgumentsAreClearErrors) {
   const Latency t = [](int64_t l, int64_t) { return static_cast<double>(l); };
+  const judge::Record got = judge::subject([&](judge::Record& out) {
+    out.outcome("L = 0", [&] { kit::terapipe::optimal_slicing(0, 2, t); });
+    out.outcome("K = 0", [&] { kit::terapipe::optimal_slicing(8, 0, t); });
+  });
+  if (!judge::judging()) return;
   EXPECT_THROW(kit::terapipe::evaluate({3, 4}, 8, t), kit::Error);
   EXPECT_THROW(kit::terapipe::evaluate({3, 0, 5}, 8, t), kit::Error);
   EXPECT_THROW(kit::terapipe::uniform_slicing(8, 9), kit::Error);
   EXPECT_EQ(kit::terapipe::uniform_slicing(10, 4), (std::vector<int64_t>{3, 3, 2, 2}));
-  EXPECT_THROW(kit::terapipe::optimal_slicing(0, 2, t), kit::Error);
-  EXPECT_THROW(kit::terapipe::optimal_slicing(8, 0, t), kit::Error);
+  EXPECT_EQ(got.get<judge::Outcome>("L = 0").kind, "kit::Error") << got.get<judge::Outcome>("L = 0").describe();
+  EXPECT_EQ(got.get<judge::Outcome>("K = 0").kind, "kit::Error") << got.get<judge::Outcome>("K = 0").describe();
   try {
     kit::terapipe::evaluate({3, 4}, 8, t);
   } catch (const kit::Error& e) {
