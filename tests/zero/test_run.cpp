@@ -3,6 +3,10 @@
 // ceil(P/2) x 2 x 4 bytes of optimizer state (measured by the program from the moment
 // tensors, P counted here from the model), and a bad flag is refused before any rank starts;
 // ZeRO-3 (Problem 5.5) the same, holding its shards only.
+// run_zero carries the student's code, so it runs in subject parts, which record each run's exit
+// and the metrics every rank wrote; plain data parallelism's losses (the same model, batches and
+// AdamW in one process, each rank's rows a loss of its own, their gradients averaged), P and
+// every check are the judge's.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -11,15 +15,21 @@
 #include <string>
 #include <vector>
 
+#include "app/run.h"
+#include "build_programs.h"
 #include "data_parallel/dp_test_util.h"
+#include "judge/judge.h"
 #include "kit/config.h"
 #include "model/gpt2.h"
-#include "build_programs.h"
-
+#include "train/loop.h"
+#include "train/loss.h"
 
 namespace {
+namespace judge = kit::judge;
 
 constexpr int64_t kRunVocab = 64, kRunBatch = 2, kRunSeqLen = 16, kRunSteps = 4;
+constexpr uint64_t kRunSeed = 7;
+constexpr double kRunWeightDecay = 0.1;
 // The losses of ZeRO and of plain AdamW may differ only by float rounding: with 2 ranks
 // both sum the same two gradients and apply the same AdamW formula. 1e-5 relative is far
 // below what one wrong step moves them (see LossesMoveMoreThanTheTolerance).
@@ -29,11 +39,7 @@ std::vector<std::string> args(const std::string& optimizer, const std::string& d
   return {kit_test::build_program("run_zero"), "--world-size", "2", "--optimizer", optimizer, "--preset", "tiny", "--dropout", "0",
           "--batch-size", std::to_string(kRunBatch), "--seq-len", std::to_string(kRunSeqLen), "--vocab-size",
           std::to_string(kRunVocab), "--steps", std::to_string(kRunSteps), "--lr", lr, "--weight-decay", "0.1",
-          "--seed", "7", "--threads", "1", "--no-progress", "--out", dir + "/metrics/{rank}.json"};
-}
-
-nlohmann::json metrics(const std::string& dir, int rank) {
-  return nlohmann::json::parse(dp_test::read_file(dir + "/metrics/" + std::to_string(rank) + ".json"));
+          "--seed", std::to_string(kRunSeed), "--threads", "1", "--no-progress", "--out", dir + "/metrics/{rank}.json"};
 }
 
 // P, counted from the model run_zero trains (the tied weight once).
@@ -44,16 +50,108 @@ int64_t tiny_parameter_count() {
   return kit::count_parameters(*model);
 }
 
-// Runs `optimizer` into a fresh directory; the directory stays for the metrics.
-void train(const std::string& optimizer, const dp_test::TempDir& dir, const std::string& lr = "0.01") {
-  const auto r = dp_test::run_kit_program(args(optimizer, dir.path(), lr), dir / "log.txt");
-  ASSERT_EQ(r.exitcode, 0) << "--optimizer " << optimizer << ": " << dp_test::describe_run(r);
+// Plain data parallelism on 2 ranks, in one process (the judge's reference): run_zero's model
+// (tiny, no dropout, seed 7) and each rank's batches (synthetic_batches, stream = the rank),
+// each rank's loss on its own rows, the average of their gradients, torch::optim::AdamW
+// (lr 0.01, weight decay 0.1). losses[r][k]: rank r's loss at step k.
+std::vector<std::vector<double>> plain_adamw_losses() {
+  const std::vector<kit::TokenBatch> rows[2] = {
+      kit::synthetic_batches(kRunSteps, kRunBatch, kRunSeqLen, kRunVocab, kRunSeed, 0),
+      kit::synthetic_batches(kRunSteps, kRunBatch, kRunSeqLen, kRunVocab, kRunSeed, 1)};
+  kit::GPT2Config cfg = kit::gpt2_preset("tiny");
+  cfg.dropout = 0;
+  kit::GPT2 model = kit::build_model(cfg, kRunVocab, kRunSeqLen, kRunSeed);
+  model->train();
+  torch::optim::AdamW opt(model->parameters(), torch::optim::AdamWOptions(0.01).weight_decay(kRunWeightDecay));
+  std::vector<std::vector<double>> losses(2);
+  for (int64_t k = 0; k < kRunSteps; ++k) {
+    opt.zero_grad();
+    torch::Tensor total;
+    for (int r = 0; r < 2; ++r) {
+      const kit::TokenBatch& b = rows[r][static_cast<size_t>(k)];
+      const torch::Tensor loss = kit::masked_cross_entropy(model->forward(b.idx), b.labels, b.mask);
+      losses[static_cast<size_t>(r)].push_back(loss.item<double>());
+      total = r == 0 ? loss / 2 : total + loss / 2;
+    }
+    total.backward();
+    opt.step();
+  }
+  return losses;
 }
 
-void expect_same_losses(const dp_test::TempDir& ref, const dp_test::TempDir& got, const std::string& what) {
+// One run of run_zero, in a subject part: its exit, its output, and each rank's metrics file.
+struct ZeroRunResult {
+  int exitcode = -1;
+  std::string described;             // exit, time and output (dp_test::describe_run)
+  std::vector<std::string> metrics;  // rank 0's and rank 1's JSON text ("" when missing)
+};
+void put_run(judge::Record& out, const std::string& name, const ZeroRunResult& r) {
+  out.put(name + "/exitcode", r.exitcode);
+  out.put(name + "/described", r.described);
+  out.put(name + "/metrics", r.metrics);
+}
+ZeroRunResult get_run(const judge::Record& got, const std::string& name) {
+  return {got.get<int>(name + "/exitcode"), got.get<std::string>(name + "/described"),
+          got.get<std::vector<std::string>>(name + "/metrics")};
+}
+ZeroRunResult train_run(const std::string& optimizer, const std::string& lr = "0.01") {
+  dp_test::TempDir dir("zero_run_" + optimizer);
+  const auto r = dp_test::run_kit_program(args(optimizer, dir.path(), lr), dir / "log.txt");
+  ZeroRunResult out;
+  out.exitcode = r.exitcode;
+  out.described = dp_test::describe_run(r);
+  for (int rank = 0; rank < 2; ++rank)
+    out.metrics.push_back(dp_test::read_file(dir.path() + "/metrics/" + std::to_string(rank) + ".json"));
+  return out;
+}
+
+// The subject part of a case: run_zero with each optimizer (and lr) in turn, recorded by name.
+judge::Record train_runs(const std::vector<std::pair<std::string, std::string>>& runs) {
+  return judge::subject([&](judge::Record& out) {
+    for (const auto& [name, lr] : runs) {
+      const std::string optimizer = name.substr(0, name.find('@'));
+      put_run(out, name, train_run(optimizer, lr));
+    }
+  });
+}
+
+// Rank `rank`'s metrics of a run that exited 0; a failure (and null) otherwise.
+nlohmann::json metrics_of(const ZeroRunResult& run, const std::string& what, int rank) {
+  if (run.exitcode != 0) {
+    ADD_FAILURE() << "--optimizer " << what << ": " << run.described;
+    return nullptr;
+  }
+  const std::string text = rank < static_cast<int>(run.metrics.size()) ? run.metrics[static_cast<size_t>(rank)] : "";
+  nlohmann::json m = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (m.is_discarded() || !m.is_object()) {
+    ADD_FAILURE() << "--optimizer " << what << ": rank " << rank << "'s metrics are not a JSON object: "
+                  << text.substr(0, 300);
+    return nullptr;
+  }
+  return m;
+}
+
+// A field of the metrics as a T; a failure (and T{}) when it is missing or of another type.
+template <typename T>
+T field(const nlohmann::json& m, const std::string& key, const std::string& what) {
+  if (!m.is_object() || !m.contains(key)) {
+    ADD_FAILURE() << what << ": no \"" << key << "\" in the metrics";
+    return T{};
+  }
+  try {
+    return m[key].get<T>();
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << what << ": \"" << key << "\" is not what it should be: " << e.what();
+    return T{};
+  }
+}
+
+void expect_same_losses(const std::vector<std::vector<double>>& ref, const ZeroRunResult& got, const std::string& what) {
   for (int rank = 0; rank < 2; ++rank) {
-    const auto a = metrics(ref.path(), rank)["losses"].get<std::vector<double>>();
-    const auto b = metrics(got.path(), rank)["losses"].get<std::vector<double>>();
+    const auto& a = ref[static_cast<size_t>(rank)];
+    const nlohmann::json m = metrics_of(got, what, rank);
+    if (m.is_null()) return;
+    const auto b = field<std::vector<double>>(m, "losses", what + ", rank " + std::to_string(rank));
     ASSERT_EQ(a.size(), static_cast<size_t>(kRunSteps)) << "rank " << rank;
     ASSERT_EQ(b.size(), a.size()) << what << ", rank " << rank;
     for (size_t k = 0; k < a.size(); ++k)
@@ -62,69 +160,79 @@ void expect_same_losses(const dp_test::TempDir& ref, const dp_test::TempDir& got
 }
 
 TEST(ZeroRun, Zero1AndZero2TrainAsPlainAdamW) {
-  dp_test::TempDir adamw("zero_run_adamw"), zero1("zero_run_zero1"), zero2("zero_run_zero2");
-  train("adamw", adamw);
-  train("zero1", zero1);
-  train("zero2", zero2);
-  if (HasFatalFailure()) return;
-  expect_same_losses(adamw, zero1, "zero1");
-  expect_same_losses(adamw, zero2, "zero2");
+  const judge::Record got = train_runs({{"zero1", "0.01"}, {"zero2", "0.01"}});
+  if (!judge::judging()) return;
+  const auto ref = plain_adamw_losses();
+  expect_same_losses(ref, get_run(got, "zero1"), "zero1");
+  expect_same_losses(ref, get_run(got, "zero2"), "zero2");
 }
 
 TEST(ZeroRun, LossesMoveMoreThanTheTolerance) {
   // The comparison above can fail: a slightly different update (lr 0.011 for 0.01) moves
   // the losses of the later steps by far more than kRelTol.
-  dp_test::TempDir a("zero_run_lr_a"), b("zero_run_lr_b");
-  train("zero1", a, "0.01");
-  train("zero1", b, "0.011");
-  if (HasFatalFailure()) return;
-  const auto la = metrics(a.path(), 0)["losses"].get<std::vector<double>>();
-  const auto lb = metrics(b.path(), 0)["losses"].get<std::vector<double>>();
+  const judge::Record got = train_runs({{"zero1", "0.01"}, {"zero1@b", "0.011"}});
+  if (!judge::judging()) return;
+  const nlohmann::json a = metrics_of(get_run(got, "zero1"), "zero1", 0), b = metrics_of(get_run(got, "zero1@b"), "zero1", 0);
+  if (a.is_null() || b.is_null()) return;
+  const auto la = field<std::vector<double>>(a, "losses", "lr 0.01"), lb = field<std::vector<double>>(b, "losses", "lr 0.011");
   ASSERT_EQ(la.size(), lb.size());
+  ASSERT_FALSE(la.empty());
   EXPECT_GT(std::abs(la.back() - lb.back()), 10 * kRelTol * std::abs(la.back()));
 }
 
 TEST(ZeroRun, OptimizerStateAndGradientBytesPerRank) {
+  const judge::Record got = train_runs({{"adamw", "0.01"}, {"zero1", "0.01"}, {"zero2", "0.01"}});
+  if (!judge::judging()) return;
   const int64_t P = tiny_parameter_count(), S = (P + 1) / 2;  // ceil(P / 2)
-  dp_test::TempDir adamw("zero_bytes_adamw"), zero1("zero_bytes_zero1"), zero2("zero_bytes_zero2");
-  train("adamw", adamw);
-  train("zero1", zero1);
-  train("zero2", zero2);
-  if (HasFatalFailure()) return;
+  const ZeroRunResult adamw = get_run(got, "adamw"), zero1 = get_run(got, "zero1"), zero2 = get_run(got, "zero2");
   for (int rank = 0; rank < 2; ++rank) {
-    const nlohmann::json d = metrics(adamw.path(), rank), z1 = metrics(zero1.path(), rank),
-                         z2 = metrics(zero2.path(), rank);
-    EXPECT_EQ(d["parameter_count"].get<int64_t>(), P) << "rank " << rank;
+    const nlohmann::json d = metrics_of(adamw, "adamw", rank), z1 = metrics_of(zero1, "zero1", rank),
+                         z2 = metrics_of(zero2, "zero2", rank);
+    if (d.is_null() || z1.is_null() || z2.is_null()) return;
+    const std::string on = ", rank " + std::to_string(rank);
+    EXPECT_EQ(field<int64_t>(d, "parameter_count", "adamw" + on), P) << "rank " << rank;
     // Plain AdamW: two moments of every parameter, every gradient.
-    EXPECT_EQ(d["optimizer_state_bytes"].get<int64_t>(), 2 * 4 * P) << "rank " << rank;
-    EXPECT_EQ(d["gradient_bytes"].get<int64_t>(), 4 * P) << "rank " << rank;
+    EXPECT_EQ(field<int64_t>(d, "optimizer_state_bytes", "adamw" + on), 2 * 4 * P) << "rank " << rank;
+    EXPECT_EQ(field<int64_t>(d, "gradient_bytes", "adamw" + on), 4 * P) << "rank " << rank;
     // ZeRO: two moments of this rank's shard only, ceil(P/n) x 2 x 4 bytes.
-    EXPECT_EQ(z1["optimizer_state_bytes"].get<int64_t>(), S * 2 * 4) << "zero1, rank " << rank;
-    EXPECT_EQ(z2["optimizer_state_bytes"].get<int64_t>(), S * 2 * 4) << "zero2, rank " << rank;
+    EXPECT_EQ(field<int64_t>(z1, "optimizer_state_bytes", "zero1" + on), S * 2 * 4) << "zero1, rank " << rank;
+    EXPECT_EQ(field<int64_t>(z2, "optimizer_state_bytes", "zero2" + on), S * 2 * 4) << "zero2, rank " << rank;
     // Stage 1 keeps every gradient; stage 2 only its shard of the reduced ones.
-    EXPECT_EQ(z1["gradient_bytes"].get<int64_t>(), 4 * P) << "zero1, rank " << rank;
-    EXPECT_EQ(z2["gradient_bytes"].get<int64_t>(), 4 * S) << "zero2, rank " << rank;
+    EXPECT_EQ(field<int64_t>(z1, "gradient_bytes", "zero1" + on), 4 * P) << "zero1, rank " << rank;
+    EXPECT_EQ(field<int64_t>(z2, "gradient_bytes", "zero2" + on), 4 * S) << "zero2, rank " << rank;
     // Right after backward, before the step, every variant holds all P gradients.
     for (const auto* m : {&d, &z1, &z2})
-      EXPECT_EQ((*m)["gradient_peak_bytes"].get<int64_t>(), 4 * P) << "rank " << rank;
+      EXPECT_EQ(field<int64_t>(*m, "gradient_peak_bytes", "gradient_peak_bytes" + on), 4 * P) << "rank " << rank;
     // Each step a ring reduce-scatter and all-gather over the padded 2 S floats: rank r
     // sends n - 1 = 1 chunk of S floats in each, what one ring all-reduce sends.
     for (const auto* z : {&z1, &z2})
-      EXPECT_DOUBLE_EQ((*z)["send_bytes_per_step"].get<double>(), 2.0 * S * 4) << "rank " << rank;
-    EXPECT_GT(d["activation_bytes"].get<int64_t>(), 0) << "the activations were not counted";
+      EXPECT_DOUBLE_EQ(field<double>(*z, "send_bytes_per_step", "send_bytes_per_step" + on), 2.0 * S * 4)
+          << "rank " << rank;
+    EXPECT_GT(field<int64_t>(d, "activation_bytes", "adamw" + on), 0) << "the activations were not counted";
   }
 }
 
 TEST(ZeroRun, UnknownOptimizerIsAClearError) {
-  dp_test::TempDir dir("zero_run_bad_optimizer");
-  const auto r = dp_test::run_kit_program(args("zero4", dir.path()), dir / "log.txt");
-  EXPECT_FALSE(r.timed_out) << dp_test::describe_run(r);
-  EXPECT_EQ(r.exitcode, 1) << dp_test::describe_run(r);
-  EXPECT_NE(r.output.find("--optimizer zero4 is not one of adamw, zero1, zero2, zero3"), std::string::npos) << dp_test::describe_run(r);
-  // Refused in the launcher: no rank was started, so none is left waiting.
-  EXPECT_EQ(r.output.find("starting 2 data-parallel ranks"), std::string::npos) << dp_test::describe_run(r);
-  EXPECT_TRUE(dp_test::leftovers_after(dir.path(), 5).empty())
-      << "processes left behind:\n" << dp_test::join_lines(dp_test::leftovers_after(dir.path(), 0));
+  const judge::Record got = judge::subject([&](judge::Record& out) {
+    dp_test::TempDir dir("zero_run_bad_optimizer");
+    const auto r = dp_test::run_kit_program(args("zero4", dir.path()), dir / "log.txt");
+    out.put("timed_out", r.timed_out);
+    out.put("exitcode", r.exitcode);
+    out.put("output", r.output);
+    out.put("described", dp_test::describe_run(r));
+    out.put("leftovers", dp_test::leftovers_after(dir.path(), 5));
+    out.put("leftovers_now", dp_test::join_lines(dp_test::leftovers_after(dir.path(), 0)));
+  });
+  JUDGE {
+    const std::string described = got.get<std::string>("described"), output = got.get<std::string>("output");
+    EXPECT_FALSE(got.get<bool>("timed_out")) << described;
+    EXPECT_EQ(got.get<int>("exitcode"), 1) << described;
+    EXPECT_NE(output.find("--optimizer zero4 is not one of adamw, zero1, zero2, zero3"), std::string::npos) << described;
+    // Refused in the launcher: no rank was started, so none is left waiting.
+    EXPECT_EQ(output.find("starting 2 data-parallel ranks"), std::string::npos) << described;
+    EXPECT_TRUE(got.get<std::vector<std::string>>("leftovers").empty())
+        << "processes left behind:\n" << got.get<std::string>("leftovers_now");
+  }
 }
 
 }  // namespace
@@ -132,22 +240,23 @@ TEST(ZeroRun, UnknownOptimizerIsAClearError) {
 // Problem 5.5 through run_zero: ZeRO-3 trains as plain AdamW does, and each rank holds its
 // shards of the parameters, their gradients and their moments, and sends three passes of them.
 TEST(FsdpRun, Zero3TrainsAsPlainAdamWAndHoldsItsShardsOnly) {
-  dp_test::TempDir adamw("zero_run3_adamw"), zero3("zero_run3_zero3");
-  train("adamw", adamw);
-  train("zero3", zero3);
-  if (HasFatalFailure()) return;
-  expect_same_losses(adamw, zero3, "zero3");
+  const judge::Record got = train_runs({{"zero3", "0.01"}});
+  if (!judge::judging()) return;
+  const ZeroRunResult zero3 = get_run(got, "zero3");
+  expect_same_losses(plain_adamw_losses(), zero3, "zero3");
   for (int rank = 0; rank < 2; ++rank) {
-    const nlohmann::json z = metrics(zero3.path(), rank);
-    const int64_t P = z["parameter_count"].get<int64_t>(), shard = z["parameter_bytes"].get<int64_t>();
+    const nlohmann::json z = metrics_of(zero3, "zero3", rank);
+    if (z.is_null()) return;
+    const std::string what = "zero3, rank " + std::to_string(rank);
+    const int64_t P = field<int64_t>(z, "parameter_count", what), shard = field<int64_t>(z, "parameter_bytes", what);
     EXPECT_EQ(P, tiny_parameter_count()) << "rank " << rank;
     // The units' shards, each ceil(P_u / 2) floats: at least P/2, less than P/2 + one float per unit.
     EXPECT_GE(shard, 4 * P / 2) << "zero3 parameter bytes kept, rank " << rank;
     EXPECT_LE(shard, 4 * (P / 2 + 16)) << "zero3 parameter bytes kept, rank " << rank;
-    EXPECT_EQ(z["gradient_bytes"].get<int64_t>(), shard) << "zero3 keeps its shards' gradients only, rank " << rank;
-    EXPECT_EQ(z["gradient_peak_bytes"].get<int64_t>(), shard) << "rank " << rank;
-    EXPECT_EQ(z["optimizer_state_bytes"].get<int64_t>(), 2 * shard) << "rank " << rank;
+    EXPECT_EQ(field<int64_t>(z, "gradient_bytes", what), shard) << "zero3 keeps its shards' gradients only, rank " << rank;
+    EXPECT_EQ(field<int64_t>(z, "gradient_peak_bytes", what), shard) << "rank " << rank;
+    EXPECT_EQ(field<int64_t>(z, "optimizer_state_bytes", what), 2 * shard) << "rank " << rank;
     // Two all-gathers and a reduce-scatter of every shard, n - 1 = 1 chunk each.
-    EXPECT_DOUBLE_EQ(z["send_bytes_per_step"].get<double>(), 3.0 * shard) << "rank " << rank;
+    EXPECT_DOUBLE_EQ(field<double>(z, "send_bytes_per_step", what), 3.0 * shard) << "rank " << rank;
   }
 }

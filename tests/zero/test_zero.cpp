@@ -8,6 +8,9 @@
 // bytes it sends per step, and the tensor storage a step leaves alive (counted by the kit's
 // counting allocator, so a view that keeps a whole buffer alive counts as the whole buffer);
 // update_shard alone, with Adam's eps large enough to matter; saving and loading the state.
+// Each rank is a subject (tests/rank_roles.h): it runs the student's ZeRO and records its
+// parameters, its counters and the bytes it holds; torch's AdamW on the whole batch, the bytes
+// expected of rank r of n and every check are the judge's.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -16,6 +19,8 @@
 
 #include "collectives/ring.h"
 #include "dist/dist.h"
+#include "judge/judge.h"
+#include "judge/tensor.h"
 #include "kit/memory.h"
 #include "model/gpt2.h"
 #include "rank_roles.h"
@@ -27,9 +32,8 @@
 namespace {
 namespace zero = kit::zero;
 namespace dist = kit::dist;
-using rank_test::expect_all_ranks_pass;
-using rank_test::expect_ranks_pass_for;
-using rank_test::run_ranks;
+namespace judge = kit::judge;
+using rank_test::RankRun;
 // Declarations, not `using namespace`: in a unity batch a name another file declares would
 // otherwise silently hide one of these instead of failing to compile.
 using zero_test::kSteps;
@@ -41,6 +45,8 @@ using zero_test::share;
 using zero_test::loss_of;
 using zero_test::reference_parameters;
 using zero_test::expect_parameters_close;
+using zero_test::judge_ranks_for;
+using zero_test::put_parameters;
 
 // Rank r's ZeRO training step on its share (the optimizer averages the gradients).
 void zero_step(kit::GPT2& model, zero::ZeroAdamW& opt, int64_t k, const dist::Group& group) {
@@ -49,35 +55,47 @@ void zero_step(kit::GPT2& model, zero::ZeroAdamW& opt, int64_t k, const dist::Gr
   opt.step();
 }
 
-// Stage `stage` for 5 steps equals torch's AdamW on the whole batch (float64).
-void zero_matches_adamw(int stage, const dist::Group& group) {
-  const int64_t n = group.size(), r = group.rank();
-  const zero::ZeroOptions o = options(stage);
+// Stage `stage` for 5 steps (float64): the parameters it ends with and its step count.
+void zero_train(int stage, const dist::Group& group, judge::Record& out, const std::string& p) {
   kit::GPT2 model = tiny_model();
-  zero::ZeroAdamW opt(model->parameters(), group, o);
+  zero::ZeroAdamW opt(model->parameters(), group, options(stage));
   for (int64_t k = 0; k < kSteps; ++k) zero_step(model, opt, k, group);
-  expect_parameters_close(model, reference_parameters(o, n, kSteps),
+  put_parameters(out, p + "params", model->parameters());
+  out.put(p + "steps_taken", opt.steps_taken());
+}
+
+// ...equal torch's AdamW on the whole batch. `want`: reference_parameters for this n.
+void judge_zero_train(const judge::Record& got, int stage, int64_t r, int64_t n, const std::vector<torch::Tensor>& want,
+                      const std::string& p) {
+  kit::GPT2 names = tiny_model();
+  expect_parameters_close(got.get<std::vector<torch::Tensor>>(p + "params"), want, names->named_parameters().keys(),
                           "after 5 ZeRO-" + std::to_string(stage) + " steps, rank " + std::to_string(r) + " of " +
                               std::to_string(n) + ", against torch::optim::AdamW on the whole batch");
-  EXPECT_EQ(opt.steps_taken(), kSteps);
+  EXPECT_EQ(got.get<int64_t>(p + "steps_taken"), kSteps);
 }
 
 // One float32 step: the bytes this rank holds and sends, measured.
-void zero_bytes(int stage, const dist::Group& group) {
-  const int64_t n = group.size(), r = group.rank();
+void zero_bytes(int stage, const dist::Group& group, judge::Record& out, const std::string& p) {
   kit::GPT2 model = tiny_model(torch::kFloat32);
-  const int64_t P = parameter_count(model), S = (P + n - 1) / n;
   zero::ZeroAdamW opt(model->parameters(), group, options(stage));
   group.reset_counters();
   zero_step(model, opt, 0, group);
+  out.put(p + "send_bytes", group.counters().send_bytes);
+  out.put(p + "state_bytes", opt.state_bytes());
+  out.put(p + "gradient_bytes", opt.gradient_bytes());
+}
+
+void judge_zero_bytes(const judge::Record& got, int stage, int64_t r, int64_t n, const std::string& p) {
+  kit::GPT2 model = tiny_model(torch::kFloat32);
+  const int64_t P = parameter_count(model), S = (P + n - 1) / n;
   // One reduce-scatter and one all-gather of the padded n*S buffer: a ring all-reduce's
   // 2(n-1)/n of it, 2(n-1) S floats (S = ceil(P/n)).
-  const dist::Counters c = group.counters();
-  EXPECT_EQ(c.send_bytes, 2 * (n - 1) * S * 4) << "bytes rank " << r << " sent in a step (P = " << P << ")";
-  EXPECT_LE(c.send_bytes, 2.0 * (n - 1) / n * P * 4 + 2 * (n - 1) * 4) << "more than an all-reduce of P floats";
-  EXPECT_EQ(opt.state_bytes(), S * 2 * 4) << "AdamW's two moments for this rank's shard only: ceil(P/n) * 2 * 4 "
-                                             "bytes (P = " << P << ", n = " << n << ")";
-  EXPECT_EQ(opt.gradient_bytes(), (stage == 1 ? P : S) * 4)
+  const int64_t sent = got.get<int64_t>(p + "send_bytes");
+  EXPECT_EQ(sent, 2 * (n - 1) * S * 4) << "bytes rank " << r << " sent in a step (P = " << P << ")";
+  EXPECT_LE(sent, 2.0 * (n - 1) / n * P * 4 + 2 * (n - 1) * 4) << "more than an all-reduce of P floats";
+  EXPECT_EQ(got.get<int64_t>(p + "state_bytes"), S * 2 * 4)
+      << "AdamW's two moments for this rank's shard only: ceil(P/n) * 2 * 4 bytes (P = " << P << ", n = " << n << ")";
+  EXPECT_EQ(got.get<int64_t>(p + "gradient_bytes"), (stage == 1 ? P : S) * 4)
       << "gradient bytes kept after a step, stage " << stage << " (P = " << P << ", S = " << S << ")";
   if (n == 3) EXPECT_NE(P % n, 0) << "P = " << P << ": this case must keep a world size that does not divide P";
 }
@@ -85,19 +103,26 @@ void zero_bytes(int stage, const dist::Group& group) {
 // The storage one float32 step leaves alive, counted by the allocator (kit/memory.h): the
 // gradients kept (stage 1: the model's P; stage 2: this rank's S), nothing of the n*S flat
 // gradient buffer. Element counts cannot see a view of that buffer kept as the "shard": the
-// allocator sees its whole storage.
-void zero_storage_kept(int stage, const dist::Group& group) {
+// allocator sees its whole storage. Recorded: those bytes, and what the optimizer reports
+// (gradient_bytes(), counted from its tensors' elements) after the same step.
+void zero_storage_kept(int stage, const dist::Group& group, judge::Record& out) {
   kit::memory::enable_cpu_counting();  // before the model: every buffer below is counted
   const int64_t n = group.size(), r = group.rank();
   kit::GPT2 model = tiny_model(torch::kFloat32);
-  const int64_t P = parameter_count(model), S = (P + n - 1) / n;
   zero::ZeroAdamW opt(model->parameters(), group, options(stage));
   opt.zero_grad();
   loss_of(model, share(batch(0, n), r)).backward();  // anything made once, on a first pass, exists now
   opt.zero_grad();
   const int64_t before = kit::memory::cpu_bytes_now();
   zero_step(model, opt, 1, group);
-  const int64_t kept = kit::memory::cpu_bytes_now() - before, want = (stage == 1 ? P : S) * 4;
+  out.put("kept", kit::memory::cpu_bytes_now() - before);
+  out.put("reported_gradient_bytes", opt.gradient_bytes());
+}
+
+void judge_zero_storage_kept(const judge::Record& got, int stage, int64_t r, int64_t n) {
+  kit::GPT2 model = tiny_model(torch::kFloat32);
+  const int64_t P = parameter_count(model), S = (P + n - 1) / n;
+  const int64_t kept = got.get<int64_t>("kept"), want = (stage == 1 ? P : S) * 4;
   EXPECT_LE(kept, want + 4096) << "rank " << r << " of " << n << ", stage " << stage << ": a step left " << kept
                                << " bytes of tensor storage alive, the gradients it keeps are " << want
                                << " (P = " << P << ", S = " << S << "). " << (kept >= n * S * 4 ? "That is as large "
@@ -105,27 +130,49 @@ void zero_storage_kept(int stage, const dist::Group& group) {
                                "the shard instead of a copy)?" : "");
 }
 
-RANK_ROLE(zero_stage1) {
-  zero_matches_adamw(1, group);
-  zero_bytes(1, group);
-  zero_storage_kept(1, group);
+RANK_SUBJECT(zero_stage1) {
+  zero_train(1, group, out, "");
+  zero_bytes(1, group, out, "");
+  zero_storage_kept(1, group, out);
 }
-RANK_ROLE(zero_stage2) {
-  zero_matches_adamw(2, group);
-  zero_bytes(2, group);
-  zero_storage_kept(2, group);
+RANK_SUBJECT(zero_stage2) {
+  zero_train(2, group, out, "");
+  zero_bytes(2, group, out, "");
+  zero_storage_kept(2, group, out);
+}
+
+// Stage `stage` on n ranks, every rank's record.
+void judge_zero_stage(const RankRun& run, int n, int stage) {
+  const auto want = reference_parameters(options(stage), n, kSteps);
+  for (int r = 0; r < n; ++r) {
+    const judge::Record& got = run.records[static_cast<size_t>(r)];
+    judge_zero_train(got, stage, r, n, want, "");
+    judge_zero_bytes(got, stage, r, n, "");
+    judge_zero_storage_kept(got, stage, r, n);
+  }
 }
 
 // Inside data-parallel groups smaller than the world (as in the 3D grid): world 4, groups
 // {0, 2} and {1, 3}, each training on its own as two ranks. Code that shards, reduces or
 // divides over the world instead of the group it is given fails here.
-RANK_ROLE(zero_subgroups) {
+RANK_SUBJECT(zero_subgroups) {
   const dist::Group even = dist::new_group({0, 2}, "zero_even");
   const dist::Group odd = dist::new_group({1, 3}, "zero_odd");
   const dist::Group& mine = even.is_member() ? even : odd;
-  zero_matches_adamw(2, mine);
-  zero_bytes(2, mine);
-  zero_matches_adamw(1, mine);
+  zero_train(2, mine, out, "stage2/");
+  zero_bytes(2, mine, out, "stage2/");
+  zero_train(1, mine, out, "stage1/");
+}
+
+void judge_zero_subgroups(const RankRun& run) {
+  // World rank w is rank w / 2 of its group of two ({0, 2} or {1, 3}).
+  const auto want2 = reference_parameters(options(2), 2, kSteps), want1 = reference_parameters(options(1), 2, kSteps);
+  for (int w = 0; w < 4; ++w) {
+    const judge::Record& got = run.records[static_cast<size_t>(w)];
+    judge_zero_train(got, 2, w / 2, 2, want2, "stage2/");
+    judge_zero_bytes(got, 2, w / 2, 2, "stage2/");
+    judge_zero_train(got, 1, w / 2, 2, want1, "stage1/");
+  }
 }
 
 // The parameters as one flat tensor, in order.
@@ -135,23 +182,51 @@ torch::Tensor flat(const std::vector<torch::Tensor>& params) {
   return torch::cat(parts);
 }
 
-// update_shard on its own: torch's AdamW on the shard's elements (two steps, so the bias
-// correction must advance), and not one element of the other shards touched. Run twice: with
-// the default eps, and with eps = 0.5 and gradients of about 0.05, where AdamW's
-// sqrt(v / (1 - beta2^t)) + eps differs from eps inside the root or before the correction.
-void update_shard_matches_adamw(const dist::Group& group, double eps, double grad_scale) {
-  const int64_t n = group.size(), r = group.rank();
+// update_shard's inputs: 22 parameters in two tensors, and the gradient of call `step` on rank r.
+constexpr int64_t kUpdateP = 22;
+std::vector<torch::Tensor> update_parameters() {
   torch::manual_seed(3);
-  std::vector<torch::Tensor> params = {torch::randn({5, 3}), torch::randn({7})};  // P = 22
-  const int64_t P = 22;
+  return {torch::randn({5, 3}), torch::randn({7})};  // P = 22
+}
+torch::Tensor update_gradient(int64_t r, int step, int64_t S, double grad_scale) {
+  torch::manual_seed(50 + static_cast<uint64_t>(10 * r + step));
+  return torch::randn({S}) * grad_scale;
+}
+zero::ZeroOptions update_options(double eps) {
   zero::ZeroOptions o = options(1);
   o.lr = 0.1;
   o.eps = eps;
-  zero::ZeroAdamW opt(params, group, o);
+  return o;
+}
+
+// update_shard on its own, two calls: the shard it took, and all parameters after each call.
+void update_shard_run(const dist::Group& group, double eps, double grad_scale, judge::Record& out,
+                      const std::string& p) {
+  std::vector<torch::Tensor> params = update_parameters();
+  zero::ZeroAdamW opt(params, group, update_options(eps));
   const kit::ring::Range sh = opt.shard();
+  out.put(p + "shard", std::pair<int64_t, int64_t>{sh.begin, sh.end});
+  for (int step = 1; step <= 2; ++step) {
+    opt.update_shard(update_gradient(group.rank(), step, sh.size(), grad_scale).clone());
+    out.put(p + "after" + std::to_string(step), flat(params).clone());
+    out.put(p + "steps_taken" + std::to_string(step), opt.steps_taken());
+  }
+}
+
+// ...is torch's AdamW on the shard's elements (two steps, so the bias correction must advance),
+// and not one element of the other shards touched. Run twice: with the default eps, and with
+// eps = 0.5 and gradients of about 0.05, where AdamW's sqrt(v / (1 - beta2^t)) + eps differs
+// from eps inside the root or before the correction.
+void judge_update_shard(const judge::Record& got, int64_t r, int64_t n, double eps, double grad_scale,
+                        const std::string& p) {
+  const int64_t P = kUpdateP;
+  const auto shard = got.get<std::pair<int64_t, int64_t>>(p + "shard");
+  const kit::ring::Range sh{shard.first, shard.second};
   ASSERT_EQ(sh.begin, r * ((P + n - 1) / n));
+  ASSERT_GE(sh.size(), 0) << "shard [" << sh.begin << ", " << sh.end << ")";
+  const zero::ZeroOptions o = update_options(eps);
   // torch's AdamW on a copy of the shard (its padding past P included: zeros).
-  torch::Tensor before = flat(params);
+  const torch::Tensor before = flat(update_parameters());
   torch::Tensor x = torch::zeros({sh.size()});
   const int64_t visible = std::max<int64_t>(0, std::min(sh.end, P) - sh.begin);
   x.narrow(0, 0, visible).copy_(before.narrow(0, sh.begin, visible));
@@ -159,12 +234,10 @@ void update_shard_matches_adamw(const dist::Group& group, double eps, double gra
   torch::optim::AdamW ref({x}, torch::optim::AdamWOptions(o.lr).betas({o.beta1, o.beta2}).eps(o.eps).weight_decay(
                                    o.weight_decay));
   for (int step = 1; step <= 2; ++step) {
-    torch::manual_seed(50 + static_cast<uint64_t>(10 * r + step));
-    const torch::Tensor g = torch::randn({sh.size()}) * grad_scale;
-    x.mutable_grad() = g.clone();
+    x.mutable_grad() = update_gradient(r, step, sh.size(), grad_scale);
     ref.step();
-    opt.update_shard(g.clone());
-    const torch::Tensor after = flat(params);
+    const torch::Tensor after = got.get<torch::Tensor>(p + "after" + std::to_string(step));
+    ASSERT_TRUE(after.defined() && after.dim() == 1 && after.size(0) == P) << "the parameters after update_shard";
     EXPECT_TRUE(rank_test::close(after.narrow(0, sh.begin, visible), x.detach().narrow(0, 0, visible), 1e-6, 1e-6))
         << "rank " << r << "'s shard after update_shard call " << step << " (eps = " << eps
         << ") differs from torch::optim::AdamW's step " << step
@@ -174,17 +247,18 @@ void update_shard_matches_adamw(const dist::Group& group, double eps, double gra
     EXPECT_TRUE(torch::equal(after.masked_select(outside), before.masked_select(outside)))
         << "update_shard call " << step << " on rank " << r << " changed elements outside its shard ["
         << sh.begin << ", " << sh.end << "): weight decay or the update applied to the whole buffer?";
-    EXPECT_EQ(opt.steps_taken(), step);
+    EXPECT_EQ(got.get<int64_t>(p + "steps_taken" + std::to_string(step)), step);
   }
 }
-RANK_ROLE(zero_update_shard) {
-  update_shard_matches_adamw(group, options(1).eps, 1.0);
-  update_shard_matches_adamw(group, 0.5, 0.05);
+
+RANK_SUBJECT(zero_update_shard) {
+  update_shard_run(group, options(1).eps, 1.0, out, "default_eps/");
+  update_shard_run(group, 0.5, 0.05, out, "large_eps/");
 }
 
 // Save after 2 steps, load into a new model + optimizer, 3 more steps: identical to 5 steps
 // straight. Then the files loaded by a group of 2 ranks: a clear error.
-RANK_ROLE(zero_save_load) {
+RANK_SUBJECT(zero_save_load) {
   const std::string dir = std::getenv("KIT_TEST_DIR");
   const int64_t r = group.rank();
   const std::string file = dir + "/zero_rank" + std::to_string(r) + ".pt";
@@ -209,31 +283,96 @@ RANK_ROLE(zero_save_load) {
   }
   zero::ZeroAdamW opt_b(b->parameters(), group, o);
   opt_b.load(file);
-  EXPECT_EQ(opt_b.steps_taken(), 2);
+  out.put("steps_after_load", opt_b.steps_taken());
   for (int64_t k = 2; k < kSteps; ++k) zero_step(b, opt_b, k, group);
-  const auto pa = a->parameters(), pb = b->parameters();
-  for (size_t i = 0; i < pa.size(); ++i)
-    EXPECT_TRUE(torch::equal(pa[i], pb[i])) << "parameter " << i << " after save at step 2, load, 3 more steps";
+  put_parameters(out, "straight", a->parameters());
+  put_parameters(out, "resumed", b->parameters());
 
   dist::barrier(group);  // every file written
   const dist::Group pair = dist::new_group({0, 1}, "zero_pair");
+  out.put("in_pair", pair.is_member());
   if (pair.is_member()) {
     kit::GPT2 c = tiny_model();
     zero::ZeroAdamW opt_c(c->parameters(), pair, o);
-    rank_test::expect_error_naming([&] { opt_c.load(file); }, {"3 ranks", "resume with 3"},
-                                   "loading a 3-rank ZeRO state on 2 ranks");
+    out.outcome("load_on_2", [&] { opt_c.load(file); });
+  }
+}
+
+void judge_save_load(const RankRun& run) {
+  for (int r = 0; r < 3; ++r) {
+    const judge::Record& got = run.records[static_cast<size_t>(r)];
+    EXPECT_EQ(got.get<int64_t>("steps_after_load"), 2);
+    const auto pa = got.get<std::vector<torch::Tensor>>("straight"), pb = got.get<std::vector<torch::Tensor>>("resumed");
+    ASSERT_EQ(pa.size(), pb.size());
+    ASSERT_EQ(pa.size(), tiny_model()->parameters().size());
+    for (size_t i = 0; i < pa.size(); ++i)
+      EXPECT_TRUE(pa[i].defined() && pb[i].defined() && pa[i].sizes() == pb[i].sizes() && torch::equal(pa[i], pb[i]))
+          << "parameter " << i << " after save at step 2, load, 3 more steps";
+    EXPECT_EQ(got.get<bool>("in_pair"), r < 2);
+    if (r >= 2) continue;
+    // loading a 3-rank ZeRO state on 2 ranks: kit::Error naming both
+    const std::string what = "loading a 3-rank ZeRO state on 2 ranks";
+    const judge::Outcome o = got.get<judge::Outcome>("load_on_2");
+    if (o.kind != "kit::Error" && o.kind != "kit::NotImplemented") {
+      ADD_FAILURE() << what << ": no kit::Error (" << o.describe() << ")";
+      continue;
+    }
+    for (const std::string part : {"3 ranks", "resume with 3"})
+      EXPECT_NE(o.message.find(part), std::string::npos) << what << ": \"" << part << "\" not in: " << o.message;
+  }
+}
+
+// Gap: ZeRO-2's gradient bytes, as the optimizer reports them (counted from its tensors'
+// elements), against the tensor storage a step actually leaves alive (the allocator's count).
+// A reduced shard kept as a view of the n*S flat buffer reports S elements while it holds the
+// whole buffer. Stage 1 reports and keeps every gradient.
+RANK_SUBJECT(zero_gradient_storage) {
+  const int stage = std::atoi(std::getenv("KIT_TEST_ZERO_STAGE"));
+  zero_storage_kept(stage, group, out);
+}
+
+void judge_gradient_storage(const RankRun& run, int n, int stage) {
+  kit::GPT2 model = tiny_model(torch::kFloat32);
+  const int64_t P = parameter_count(model), S = (P + n - 1) / n;
+  for (int r = 0; r < n; ++r) {
+    const judge::Record& got = run.records[static_cast<size_t>(r)];
+    const int64_t kept = got.get<int64_t>("kept"), reported = got.get<int64_t>("reported_gradient_bytes");
+    EXPECT_EQ(reported, (stage == 1 ? P : S) * 4)
+        << "gradient bytes reported after a step, stage " << stage << ", rank " << r << " of " << n << " (P = " << P
+        << ", S = " << S << ")";
+    EXPECT_LE(kept, reported + 4096)
+        << "rank " << r << " of " << n << ", stage " << stage << ": the optimizer reports " << reported
+        << " bytes of gradients, but the step left " << kept << " bytes of tensor storage alive (P = " << P
+        << ", S = " << S << ")"
+        << (kept >= n * S * 4 ? ": as much as the whole flat gradient buffer. Is the kept shard a view of it "
+                                "(narrow) instead of a copy of its own (clone)? A view holds its whole storage."
+                              : "");
   }
 }
 
 }  // namespace
 
 TEST(Zero, ShardOfCoversEveryElementExactlyOnce) {
-  for (const int64_t numel : {1, 7, 22, 1000, 124439})
-    for (const int64_t n : {1, 2, 3, 4, 5, 8}) {
+  const std::vector<int64_t> sizes = {1, 7, 22, 1000, 124439}, ranks = {1, 2, 3, 4, 5, 8};
+  // The subject records every shard_of(numel, r, n); the judge checks them.
+  const judge::Record got = judge::subject([&](judge::Record& out) {
+    for (const int64_t numel : sizes)
+      for (const int64_t n : ranks)
+        for (int64_t r = 0; r < n; ++r) {
+          const kit::ring::Range s = zero::shard_of(numel, r, n);
+          out.put(std::to_string(numel) + "/" + std::to_string(n) + "/" + std::to_string(r),
+                  std::pair<int64_t, int64_t>{s.begin, s.end});
+        }
+  });
+  if (!judge::judging()) return;
+  for (const int64_t numel : sizes)
+    for (const int64_t n : ranks) {
       const int64_t S = (numel + n - 1) / n;
       std::vector<int> owners(static_cast<size_t>(S * n), 0);
       for (int64_t r = 0; r < n; ++r) {
-        const kit::ring::Range s = zero::shard_of(numel, r, n);
+        const auto b_e =
+            got.get<std::pair<int64_t, int64_t>>(std::to_string(numel) + "/" + std::to_string(n) + "/" + std::to_string(r));
+        const kit::ring::Range s{b_e.first, b_e.second};
         EXPECT_EQ(s.size(), S) << "rank " << r << " of " << n << ", " << numel << " elements: every shard has "
                                << "ceil(P/n) elements (the last ones reach into the padding)";
         for (int64_t i = std::max<int64_t>(0, s.begin); i < std::min(s.end, S * n); ++i) ++owners[static_cast<size_t>(i)];
@@ -248,26 +387,53 @@ TEST(Zero, ShardOfCoversEveryElementExactlyOnce) {
 }
 
 TEST(Zero, UpdateShardIsAdamWOnItsShardAlone) {
-  const auto run = run_ranks(3, "zero_update_shard", 60);
-  expect_all_ranks_pass(run, 3, "update_shard");
+  judge_ranks_for({3}, "zero_update_shard", "update_shard", 60, [](const RankRun& run, int n) {
+    for (int r = 0; r < n; ++r) {
+      const judge::Record& got = run.records[static_cast<size_t>(r)];
+      judge_update_shard(got, r, n, options(1).eps, 1.0, "default_eps/");
+      judge_update_shard(got, r, n, 0.5, 0.05, "large_eps/");
+    }
+  });
 }
 
 TEST(Zero, Stage1MatchesAdamWOnTheWholeBatch) {
-  expect_ranks_pass_for({2, 3, 4}, "zero_stage1", "ZeRO stage 1", 90);
+  judge_ranks_for({2, 3, 4}, "zero_stage1", "ZeRO stage 1", 90,
+                  [](const RankRun& run, int n) { judge_zero_stage(run, n, 1); });
 }
 
 TEST(Zero, Stage2MatchesAdamWAndKeepsOnlyItsGradientShard) {
-  expect_ranks_pass_for({2, 3, 4}, "zero_stage2", "ZeRO stage 2", 90);
+  judge_ranks_for({2, 3, 4}, "zero_stage2", "ZeRO stage 2", 90,
+                  [](const RankRun& run, int n) { judge_zero_stage(run, n, 2); });
 }
 
 TEST(Zero, BothStagesMatchAdamWInsideGroupsSmallerThanTheWorld) {
-  expect_all_ranks_pass(run_ranks(4, "zero_subgroups", 120), 4, "ZeRO on groups {0, 2} and {1, 3} of 4 ranks");
+  judge_ranks_for({4}, "zero_subgroups", "ZeRO on groups {0, 2} and {1, 3} of 4 ranks", 120,
+                  [](const RankRun& run, int) { judge_zero_subgroups(run); });
 }
 
 TEST(Zero, SavedStateContinuesTrainingIdentically) {
-  dp_test::TempDir dir("zero_save_load");
-  expect_all_ranks_pass(run_ranks(3, "zero_save_load", 90, {{"KIT_TEST_DIR", dir.path()}}), 3,
-                        "ZeRO save and load");
+  // The ranks' files in a directory of the subject's own, gone when its part ends.
+  const judge::Record got = judge::subject(
+      [&](judge::Record& out) {
+        dp_test::TempDir dir("zero_save_load");
+        out.put("ranks", rank_test::run_ranks(3, "zero_save_load", 90, {{"KIT_TEST_DIR", dir.path()}}));
+      },
+      "zero_save_load on 3 ranks");
+  if (!judge::judging()) return;
+  const RankRun run = got.get<RankRun>("ranks");
+  if (!rank_test::expect_ranks_ok(run, 3, "ZeRO save and load")) return;
+  judge_save_load(run);
+}
+
+// The gradient bytes ZeRO reports are the storage it keeps: stage 2 (the reduced shard a copy
+// of its own, not a view of the flat buffer) and stage 1, on 2 and 3 ranks.
+TEST(Zero, ReportedGradientBytesAreTheStorageKept) {
+  for (const int stage : {2, 1}) {
+    judge_ranks_for({2, 3}, "zero_gradient_storage", "ZeRO-" + std::to_string(stage) + "'s gradient storage", 60,
+                    [stage](const RankRun& run, int n) { judge_gradient_storage(run, n, stage); },
+                    {{"KIT_TEST_ZERO_STAGE", std::to_string(stage)}});
+    if (HasFailure()) return;
+  }
 }
 
 TEST(Zero, StageThreeIsAClearError) {

@@ -1,13 +1,18 @@
-// What the ZeRO suites (test_zero.cpp: stages 1 and 2; test_fsdp.cpp: stage 3) share: the
-// tiny GPT-2 in float64, the batches each rank takes its share of, and torch's AdamW on the
-// whole batch in one process, which every stage must reproduce.
+// What the ZeRO suites (test_ring.cpp, test_zero.cpp: stages 1 and 2; test_fsdp.cpp: stage 3)
+// share: the tiny GPT-2 in float64, the batches each rank takes its share of, torch's AdamW on
+// the whole batch in one process, which every stage must reproduce (the judge's reference), and
+// the loop that runs a role on several world sizes as subject parts and judges each.
 #pragma once
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <cstdlib>
+#include <functional>
 #include <string>
 #include <vector>
 
+#include "judge/judge.h"
+#include "judge/tensor.h"
 #include "model/gpt2.h"
 #include "rank_roles.h"
 #include "train/loop.h"
@@ -91,5 +96,53 @@ inline void expect_parameters_close(const std::vector<torch::Tensor>& got, const
 inline void expect_parameters_close(kit::GPT2& model, const std::vector<torch::Tensor>& want, const std::string& what) {
   expect_parameters_close(model->parameters(), want, model->named_parameters().keys(), what);
 }
+
+// The parameters as the rank holds them (clones), recorded under `name`.
+inline void put_parameters(kit::judge::Record& out, const std::string& name, const std::vector<torch::Tensor>& params) {
+  std::vector<torch::Tensor> copies;
+  for (const auto& p : params) copies.push_back(p.detach().clone());
+  out.put(name, copies);
+}
+
+// The role on n = each of `sizes` processes in turn, each size a subject part (the ranks run in
+// the subject; their records come to the judge as data), each judged by check(run, n) once every
+// rank ran its role to the end. The judge stops at the first size that fails: its message is the
+// one to read (an unimplemented function fails every size alike). The subject stops at the first
+// size where a rank did not exit cleanly (the judge stops there too), not to pay for the others.
+inline void judge_ranks_for(const std::vector<int>& sizes, const std::string& role, const std::string& what,
+                            double timeout_s, const std::function<void(const rank_test::RankRun&, int)>& check,
+                            const std::vector<std::pair<std::string, std::string>>& env = {}) {
+  for (const int n : sizes) {
+    const rank_test::RankRun run = rank_test::subject_ranks(n, role, timeout_s, env);
+    if (!kit::judge::judging()) {
+      bool clean = run.exitcodes.size() == static_cast<size_t>(n);
+      for (const int code : run.exitcodes) clean = clean && code == 0;
+      if (!clean) return;
+      continue;
+    }
+    if (!rank_test::expect_ranks_ok(run, n, what)) return;
+    check(run, n);
+    if (::testing::Test::HasFailure()) return;
+  }
+}
+
+// The sizes (elements) of the units kit::zero::Fsdp cuts `model` into: "outer" (wte, wpe, ln_f)
+// first, then one per block, from the model's own parameters (given code; the judge's).
+inline std::vector<int64_t> unit_numels(kit::GPT2& model) {
+  std::vector<int64_t> numels(1 + model->h->size(), 0);
+  for (const auto& p : model->named_parameters()) {
+    const std::string& name = p.key();
+    size_t unit = 0;
+    if (name.rfind("h.", 0) == 0) unit = 1 + std::stoul(name.substr(2, name.find('.', 2) - 2));
+    numels.at(unit) += p.value().numel();
+  }
+  return numels;
+}
+
+// Problem 5.5 (test_fsdp.cpp's role fsdp_adamw, also run by the hidden variants): FSDP on n
+// ranks for 5 steps on a model of n_layer blocks equals torch's AdamW on the whole batch, and one
+// float32 step sends three passes of the shards. Defined in test_fsdp.cpp.
+void expect_fsdp_matches_adamw_for(const std::vector<int>& sizes, int64_t n_layer, const std::string& what,
+                                   double timeout_s);
 
 }  // namespace zero_test
