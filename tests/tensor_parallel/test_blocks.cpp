@@ -1,8 +1,10 @@
 // Problem 4.3: shard_qkv, ParallelAttention, ParallelMLP and ParallelBlock on t = 1, 2, 4
-// ranks against the CausalSelfAttention, MLP and Block (model/gpt2.h) every rank builds from
-// the same seed: output, input gradient, and each parameter's gradient equal to this rank's
-// share of the full layer's (tp_test::expected_share). A block communicates exactly twice
-// forward and twice backward, each time B*T*C values (counted on the group).
+// ranks against the CausalSelfAttention, MLP and Block (model/gpt2.h) built from the same
+// seed: output, input gradient, and each parameter's gradient equal to this rank's share of
+// the full layer's (tp_test::expected_share). A block communicates exactly twice forward and
+// twice backward, each time B*T*C values (counted on the group). Each rank loads the full
+// layer's weights into its parallel layer and records what it gave and counted; the judge runs
+// the full layer itself and compares.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -12,63 +14,97 @@
 
 namespace {
 namespace tp = kit::tp;
+namespace judge = kit::judge;
 using tp_test::close;
 
 constexpr int64_t kB = 2, kT = 6;
 
-// Runs the single-device layer and the parallel one on the same input and upstream
-// gradient, and compares output, input gradient and every parameter gradient.
-template <typename Full, typename Par>
-void expect_parallel_equals_full(Full full, Par par, const kit::dist::Group& group, const char* what) {
-  par->load_full(*full);
+// The input and upstream gradient of the cases without dropout (seed 7).
+std::pair<torch::Tensor, torch::Tensor> input_and_upstream() {
   const int64_t C = tp_test::tiny_config().n_embd;
   torch::manual_seed(7);
-  const torch::Tensor x0 = torch::randn({kB, kT, C}), G = torch::randn({kB, kT, C});
+  torch::Tensor x0 = torch::randn({kB, kT, C});
+  torch::Tensor G = torch::randn({kB, kT, C});
+  return {x0, G};
+}
+
+// Subject: the parallel layer, loaded with the full one's weights, on the same input and
+// upstream gradient: its output, input gradient and every parameter's gradient.
+template <typename Full, typename Par>
+void run_parallel(Full full, Par par, judge::Record& out) {
+  par->load_full(*full);
+  const auto [x0, G] = input_and_upstream();
+  auto x = x0.clone().requires_grad_(true);
+  auto y = par(x);
+  out.put("y", y);
+  (y * G).sum().backward();
+  out.put("x_grad", x.grad());
+  out.put("grads", tp_test::named_grads(*par));
+}
+
+// Judge: the full layer (seed 3, built as the rank built it) on the same input and upstream
+// gradient, and rank r of t's record of run_parallel: output, input gradient, every
+// parameter gradient.
+template <typename Full>
+void expect_parallel_equals_full(const judge::Record& got, int64_t r, int64_t t, const char* what) {
+  torch::manual_seed(3);
+  Full full(tp_test::tiny_config());
+  const auto [x0, G] = input_and_upstream();
   auto xf = x0.clone().requires_grad_(true);
   auto want = full(xf);
   (want * G).sum().backward();
-
-  auto x = x0.clone().requires_grad_(true);
-  auto y = par(x);
-  EXPECT_TRUE(close(y, want)) << what << " output, rank " << group.rank() << " of " << group.size();
-  (y * G).sum().backward();
-  EXPECT_TRUE(close(x.grad(), xf.grad())) << what << " input gradient, rank " << group.rank();
-  tp_test::expect_grads_are_shares(*par, *full, group);
+  EXPECT_TRUE(close(got.get<torch::Tensor>("y"), want)) << what << " output, rank " << r << " of " << t;
+  EXPECT_TRUE(close(got.get<torch::Tensor>("x_grad"), xf.grad())) << what << " input gradient, rank " << r;
+  tp_test::expect_grads_are_shares(got.get<tp_test::NamedTensors>("grads"), *full, r, t);
 }
 
 TEST(TPBlock, ShardQkvTakesEachRanksHeadsRowsOfQKAndV) {
   const int64_t C = 8;
   const auto weight = torch::arange(3 * C * 5, torch::kFloat32).view({3 * C, 5});
   const auto bias = torch::arange(3 * C, torch::kFloat32);
-  for (int64_t t : {1, 2, 4})
-    for (int64_t r = 0; r < t; ++r) {
-      EXPECT_TRUE(close(tp::shard_qkv(weight, r, t), tp_test::qkv_rows(weight, r, t), 0, 0))
-          << "c_attn weight, rank " << r << " of " << t << ": q's rows of its heads, then k's, then v's";
-      EXPECT_TRUE(close(tp::shard_qkv(bias, r, t), tp_test::qkv_rows(bias, r, t), 0, 0))
-          << "c_attn bias, rank " << r << " of " << t;
-    }
+  const judge::Record got = judge::subject([&](judge::Record& out) {
+    for (int64_t t : {1, 2, 4})
+      for (int64_t r = 0; r < t; ++r) {
+        const std::string at = std::to_string(r) + "/" + std::to_string(t);
+        out.put("weight " + at, tp::shard_qkv(weight, r, t));
+        out.put("bias " + at, tp::shard_qkv(bias, r, t));
+      }
+  });
+  JUDGE {
+    for (int64_t t : {1, 2, 4})
+      for (int64_t r = 0; r < t; ++r) {
+        const std::string at = std::to_string(r) + "/" + std::to_string(t);
+        EXPECT_TRUE(close(got.get<torch::Tensor>("weight " + at), tp_test::qkv_rows(weight, r, t), 0, 0))
+            << "c_attn weight, rank " << r << " of " << t << ": q's rows of its heads, then k's, then v's";
+        EXPECT_TRUE(close(got.get<torch::Tensor>("bias " + at), tp_test::qkv_rows(bias, r, t), 0, 0))
+            << "c_attn bias, rank " << r << " of " << t;
+      }
+  }
 }
 
-TP_ROLE(parallel_attention) {
+// The full layer first, then the parallel one, from seed 3 (the judge builds the full one alone
+// from the same seed: the parallel layer's own initialisation comes after it).
+TP_SUBJECT(parallel_attention) {
   torch::manual_seed(3);
-  expect_parallel_equals_full(kit::CausalSelfAttention(tp_test::tiny_config()),
-                              tp::ParallelAttention(tp_test::tiny_config(), group), group, "attention");
+  kit::CausalSelfAttention full(tp_test::tiny_config());
+  run_parallel(full, tp::ParallelAttention(tp_test::tiny_config(), group), out);
 }
 
-TP_ROLE(parallel_mlp) {
+TP_SUBJECT(parallel_mlp) {
   torch::manual_seed(3);
-  expect_parallel_equals_full(kit::MLP(tp_test::tiny_config()), tp::ParallelMLP(tp_test::tiny_config(), group),
-                              group, "MLP");
+  kit::MLP full(tp_test::tiny_config());
+  run_parallel(full, tp::ParallelMLP(tp_test::tiny_config(), group), out);
 }
 
-TP_ROLE(parallel_block) {
+// The block, then Megatron's count: g after attention and after the MLP forward, f before
+// each backward (the counters after the forward and after the backward).
+void parallel_block(const kit::dist::Group& group, judge::Record& out, bool count) {
   torch::manual_seed(3);
   const auto cfg = tp_test::tiny_config();
   kit::Block full(cfg);
   tp::ParallelBlock par(cfg, group);
-  expect_parallel_equals_full(full, par, group, "block");
-
-  // Megatron's count: g after attention and after the MLP forward, f before each backward.
+  run_parallel(full, par, out);
+  if (!count) return;
   par->zero_grad();
   torch::manual_seed(8);
   auto x = torch::randn({kB, kT, cfg.n_embd}, torch::requires_grad());
@@ -77,20 +113,19 @@ TP_ROLE(parallel_block) {
   const auto fwd = group.counters();
   y.backward(torch::randn_like(y));
   const auto all = group.counters();
-  const int64_t activation_bytes = kB * kT * cfg.n_embd * 4;
-  EXPECT_EQ(fwd.all_reduce_calls, 2) << "a block's forward all-reduces exactly twice (attention's and the MLP's g)";
-  EXPECT_EQ(all.all_reduce_calls - fwd.all_reduce_calls, 2)
-      << "a block's backward all-reduces exactly twice (attention's and the MLP's f)";
-  EXPECT_EQ(all.all_reduce_bytes, 4 * activation_bytes) << "each all-reduce carries B*T*C float32 values";
-  EXPECT_EQ(all.all_gather_calls, 0) << "a block never gathers";
+  out.put("forward_all_reduce_calls", fwd.all_reduce_calls);
+  out.put("all_reduce_calls", all.all_reduce_calls);
+  out.put("all_reduce_bytes", all.all_reduce_bytes);
+  out.put("all_gather_calls", all.all_gather_calls);
 }
 
+TP_SUBJECT(parallel_block) { parallel_block(group, out, /*count=*/true); }
+
 // Tensor groups smaller than the world (as in the 3D grid): world 4, groups {0, 2} and {1, 3}.
-TP_ROLE(parallel_block_subgroups) {
+TP_SUBJECT(parallel_block_subgroups) {
   const kit::dist::Group mine = tp_test::strided_pair_group();
-  torch::manual_seed(3);
-  const auto cfg = tp_test::tiny_config();
-  expect_parallel_equals_full(kit::Block(cfg), tp::ParallelBlock(cfg, mine), mine, "block on a tensor group");
+  tp_test::record_group(mine, out);
+  parallel_block(mine, out, /*count=*/false);
 }
 
 // Dropout on (p = 0.5): in eval mode the parallel layer still equals the full one (a dropout
@@ -106,83 +141,123 @@ kit::GPT2Config dropout_config() {
   return cfg;
 }
 
-// Builds the full layer and the parallel one with dropout 0.5 (seed 3), checks the parallel
-// one against the full one in eval mode, then puts it in training mode and runs
-// training_checks(par, x) without gradients, on input x (seed 8).
-template <typename Full, typename Par, typename Checks>
-void in_training_with_dropout(const kit::dist::Group& group, const char* what, Checks training_checks) {
+// The eval-mode input (seed 7) and the training input (seed 8).
+torch::Tensor eval_input() {
+  torch::manual_seed(7);
+  return torch::randn({kB, kT, tp_test::tiny_config().n_embd});
+}
+torch::Tensor training_input() {
+  torch::manual_seed(8);
+  return torch::randn({kB, kT, tp_test::tiny_config().n_embd});
+}
+
+// Subject: builds the full layer and the parallel one with dropout 0.5 (seed 3), records the
+// parallel one's output in eval mode (pre + "eval_y"), then puts it in training mode and runs
+// training(par, x) without gradients, on the training input.
+template <typename Full, typename Par, typename Training>
+void in_training_with_dropout(const kit::dist::Group& group, judge::Record& out, const std::string& pre,
+                              Training training) {
   torch::manual_seed(3);
   Full full(dropout_config());
   Par par(dropout_config(), group);
   par->load_full(*full);
-  full->eval();
   par->eval();
-  torch::manual_seed(7);
-  const torch::Tensor x = torch::randn({kB, kT, tp_test::tiny_config().n_embd});
+  const torch::Tensor x = eval_input();
   {
     torch::NoGradGuard no_grad;
-    EXPECT_TRUE(close(par(x), full(x))) << what << " in eval mode with dropout 0.5 differs from the full layer, rank "
-                                        << group.rank() << " of " << group.size() << " (where the cases without "
-                                        << "dropout pass, a dropout acts in eval mode: it must act in training only)";
+    out.put(pre + "eval_y", par(x));
   }
   par->train();
-  torch::manual_seed(8);
-  const torch::Tensor training_x = torch::randn({kB, kT, tp_test::tiny_config().n_embd});
+  const torch::Tensor x_training = training_input();
   torch::NoGradGuard no_grad;
-  training_checks(par, training_x);
+  training(par, x_training);
 }
 
-void expect_output_dropout(double frac, const kit::dist::Group& group, const char* what) {
+// Judge: the full layer (seed 3) in eval mode against the recorded eval output.
+template <typename Full>
+void expect_eval_equals_full(const judge::Record& got, int64_t r, int64_t t, const std::string& pre,
+                             const char* what) {
+  torch::manual_seed(3);
+  Full full(dropout_config());
+  full->eval();
+  torch::NoGradGuard no_grad;
+  EXPECT_TRUE(close(got.get<torch::Tensor>(pre + "eval_y"), full(eval_input())))
+      << what << " in eval mode with dropout 0.5 differs from the full layer, rank " << r << " of " << t
+      << " (where the cases without dropout pass, a dropout acts in eval mode: it must act in training only)";
+}
+
+void expect_output_dropout(double frac, int64_t r, int64_t t, const char* what) {
   EXPECT_TRUE(frac > 0.4 && frac < 0.6)
-      << what << " in training with its output dropout at p = 0.5, rank " << group.rank() << " of " << group.size()
-      << ": " << frac << " of the output is exactly 0, not about half (no dropout there, or one before the "
+      << what << " in training with its output dropout at p = 0.5, rank " << r << " of " << t << ": " << frac
+      << " of the output is exactly 0, not about half (no dropout there, or one before the "
       << "all-reduce, where a value is 0 only if every rank dropped it)";
 }
 
-void attention_with_dropout(const kit::dist::Group& group) {
+TP_SUBJECT(dropout_layers) {
   in_training_with_dropout<kit::CausalSelfAttention, tp::ParallelAttention>(
-      group, "attention", [&](tp::ParallelAttention& par, const torch::Tensor& x) {
+      group, out, "attention.", [&](tp::ParallelAttention& par, const torch::Tensor& x) {
         par->resid_dropout->options.p(0.0);  // attention's dropout alone
         const torch::Tensor eval_y = [&] { par->eval(); auto y = par(x); par->train(); return y; }();
-        EXPECT_FALSE(close(par(x), eval_y))
-            << "attention in training with attn_dropout at p = 0.5 gave its eval output, "
-               "rank " << group.rank() << ": the attention probabilities were not dropped";
+        out.put("attention.training_eval_y", eval_y);
+        out.put("attention.attn_dropout_y", par(x));
         par->attn_dropout->options.p(0.0);  // the residual dropout alone
         par->resid_dropout->options.p(0.5);
-        expect_output_dropout(zero_fraction(par(x)), group, "attention");
+        out.put("attention.resid_dropout_y", par(x));
       });
-}
-
-void mlp_with_dropout(const kit::dist::Group& group) {
-  in_training_with_dropout<kit::MLP, tp::ParallelMLP>(group, "MLP", [&](tp::ParallelMLP& par, const torch::Tensor& x) {
-    expect_output_dropout(zero_fraction(par(x)), group, "MLP");
-  });
-}
-
-TP_ROLE(dropout_layers) {
-  attention_with_dropout(group);
-  mlp_with_dropout(group);
+  in_training_with_dropout<kit::MLP, tp::ParallelMLP>(group, out, "mlp.",
+                                                      [&](tp::ParallelMLP& par, const torch::Tensor& x) {
+                                                        out.put("mlp.dropout_y", par(x));
+                                                      });
 }
 
 TEST(TPBlock, ParallelAttentionEqualsCausalSelfAttention) {
-  tp_test::expect_ranks_pass_for({1, 2, 4}, "parallel_attention", "attention");
+  tp_test::for_ranks({1, 2, 4}, "parallel_attention", "attention", [](const judge::Record& got, int r, int n) {
+    expect_parallel_equals_full<kit::CausalSelfAttention>(got, r, n, "attention");
+  });
 }
 
 TEST(TPBlock, ParallelMLPEqualsMLP) {
-  tp_test::expect_ranks_pass_for({1, 2, 4}, "parallel_mlp", "MLP");
+  tp_test::for_ranks({1, 2, 4}, "parallel_mlp", "MLP", [](const judge::Record& got, int r, int n) {
+    expect_parallel_equals_full<kit::MLP>(got, r, n, "MLP");
+  });
 }
 
 TEST(TPBlock, ParallelBlockEqualsBlockWithTwoAllReducesForwardAndTwoBackward) {
-  tp_test::expect_ranks_pass_for({1, 2, 4}, "parallel_block", "block");
+  tp_test::for_ranks({1, 2, 4}, "parallel_block", "block", [](const judge::Record& got, int r, int n) {
+    expect_parallel_equals_full<kit::Block>(got, r, n, "block");
+    const int64_t activation_bytes = kB * kT * tp_test::tiny_config().n_embd * 4;
+    const auto fwd_calls = got.get<int64_t>("forward_all_reduce_calls");
+    EXPECT_EQ(fwd_calls, 2) << "a block's forward all-reduces exactly twice (attention's and the MLP's g)";
+    EXPECT_EQ(got.get<int64_t>("all_reduce_calls") - fwd_calls, 2)
+        << "a block's backward all-reduces exactly twice (attention's and the MLP's f)";
+    EXPECT_EQ(got.get<int64_t>("all_reduce_bytes"), 4 * activation_bytes)
+        << "each all-reduce carries B*T*C float32 values";
+    EXPECT_EQ(got.get<int64_t>("all_gather_calls"), 0) << "a block never gathers";
+  });
 }
 
 TEST(TPBlock, DropoutActsInTrainingOnlyAndAfterTheAllReduce) {
-  tp_test::expect_ranks_pass_for({1, 2, 4}, "dropout_layers", "attention and MLP with dropout");
+  tp_test::for_ranks({1, 2, 4}, "dropout_layers", "attention and MLP with dropout",
+                     [](const judge::Record& got, int r, int n) {
+                       expect_eval_equals_full<kit::CausalSelfAttention>(got, r, n, "attention.", "attention");
+                       EXPECT_FALSE(close(got.get<torch::Tensor>("attention.attn_dropout_y"),
+                                          got.get<torch::Tensor>("attention.training_eval_y")))
+                           << "attention in training with attn_dropout at p = 0.5 gave its eval output, "
+                              "rank "
+                           << r << ": the attention probabilities were not dropped";
+                       expect_output_dropout(zero_fraction(got.get<torch::Tensor>("attention.resid_dropout_y")), r, n,
+                                             "attention");
+                       expect_eval_equals_full<kit::MLP>(got, r, n, "mlp.", "MLP");
+                       expect_output_dropout(zero_fraction(got.get<torch::Tensor>("mlp.dropout_y")), r, n, "MLP");
+                     });
 }
 
 TEST(TPBlock, ParallelBlockOnTensorGroupsSmallerThanTheWorld) {
-  tp_test::expect_all_ranks_pass(tp_test::run_ranks(4, "parallel_block_subgroups"), 4,
-                                 "block on tensor groups {0, 2} and {1, 3}");
+  tp_test::for_ranks({4}, "parallel_block_subgroups", "block on tensor groups {0, 2} and {1, 3}",
+                     [](const judge::Record& got, int w, int) {
+                       if (!tp_test::expect_strided_pair_group(got, w)) return;
+                       expect_parallel_equals_full<kit::Block>(got, w / 2, 2, "block on a tensor group");
+                     });
 }
 
 }  // namespace

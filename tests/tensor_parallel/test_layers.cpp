@@ -1,6 +1,8 @@
 // Problem 4.2: ColumnParallelLinear and RowParallelLinear on t = 1, 2, 4 ranks against the
-// torch::nn::Linear every rank builds from the same seed: the output, the input gradient and
-// the weight and bias gradients are the matching slices of the single-device layer's.
+// torch::nn::Linear built from the same seed: the output, the input gradient and the weight
+// and bias gradients are the matching slices of the single-device layer's. Each rank loads the
+// Linear's weights into its parallel layer and records what that layer gave it; the judge
+// runs the Linear itself and compares every rank's record with its slices.
 // The upstream gradient G is random (not ones), so a gradient summed or sliced wrongly shows.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -10,21 +12,27 @@
 
 namespace {
 namespace tp = kit::tp;
+namespace judge = kit::judge;
 using tp_test::close;
 
 constexpr int64_t kIn = 8, kOut = 12;
 
-// The single-device layer, its input and upstream gradient, and its gradients.
+// The single-device layer, its input and upstream gradient (built in both processes), and,
+// in the judge only (run_reference), its output and gradients.
 struct Reference {
   torch::nn::Linear full{nullptr};
   torch::Tensor x, G, y, x_grad;
 };
-Reference reference() {
+Reference inputs() {
   torch::manual_seed(2);
   Reference ref;
   ref.full = torch::nn::Linear(kIn, kOut);
   ref.x = torch::randn({2, 3, kIn});
   ref.G = torch::randn({2, 3, kOut});
+  return ref;
+}
+Reference reference() {
+  Reference ref = inputs();
   auto x = ref.x.clone().requires_grad_(true);
   ref.y = ref.full(x);
   (ref.y * ref.G).sum().backward();
@@ -32,77 +40,117 @@ Reference reference() {
   return ref;
 }
 
-void column_parallel(const kit::dist::Group& group, bool gather) {
+// Subject: this rank's column-parallel layer on the whole input; its output, input gradient
+// and weight and bias gradients, recorded under pre.
+void column_parallel(const kit::dist::Group& group, bool gather, judge::Record& out, const std::string& pre) {
   const int64_t r = group.rank(), part = kOut / group.size();
-  Reference ref = reference();
+  const Reference ref = inputs();
   tp::ColumnParallelLinear col(kIn, kOut, group, /*bias=*/true, gather);
   col->load_full(ref.full->weight, ref.full->bias);
   auto x = ref.x.clone().requires_grad_(true);
   auto y = col(x);
-  if (gather) {
-    EXPECT_TRUE(close(y, ref.y)) << "gathered output, rank " << r;
-    (y * ref.G).sum().backward();
-  } else {
-    EXPECT_TRUE(close(y, ref.y.narrow(-1, r * part, part))) << "output slice, rank " << r;
-    (y * ref.G.narrow(-1, r * part, part)).sum().backward();
-  }
-  EXPECT_TRUE(close(x.grad(), ref.x_grad)) << "input gradient (whole: the sum of every rank's share), rank " << r;
-  EXPECT_TRUE(close(col->weight.grad(), ref.full->weight.grad().narrow(0, r * part, part))) << "weight gradient rows";
-  EXPECT_TRUE(close(col->bias.grad(), ref.full->bias.grad().narrow(0, r * part, part))) << "bias gradient slice";
+  out.put(pre + "y", y);
+  (y * (gather ? ref.G : ref.G.narrow(-1, r * part, part))).sum().backward();
+  out.put(pre + "x_grad", x.grad());
+  out.put(pre + "weight_grad", col->weight.grad());
+  out.put(pre + "bias_grad", col->bias.grad());
 }
 
-TP_ROLE(column_parallel_linear) { column_parallel(group, /*gather=*/false); }
-TP_ROLE(column_parallel_linear_gathered) { column_parallel(group, /*gather=*/true); }
+// Judge: rank r of t's record of column_parallel.
+void check_column_parallel(const judge::Record& got, int64_t r, int64_t t, bool gather, const std::string& pre) {
+  const int64_t part = kOut / t;
+  const Reference ref = reference();
+  if (gather) {
+    EXPECT_TRUE(close(got.get<torch::Tensor>(pre + "y"), ref.y)) << "gathered output, rank " << r;
+  } else {
+    EXPECT_TRUE(close(got.get<torch::Tensor>(pre + "y"), ref.y.narrow(-1, r * part, part)))
+        << "output slice, rank " << r;
+  }
+  EXPECT_TRUE(close(got.get<torch::Tensor>(pre + "x_grad"), ref.x_grad))
+      << "input gradient (whole: the sum of every rank's share), rank " << r;
+  EXPECT_TRUE(close(got.get<torch::Tensor>(pre + "weight_grad"), ref.full->weight.grad().narrow(0, r * part, part)))
+      << "weight gradient rows";
+  EXPECT_TRUE(close(got.get<torch::Tensor>(pre + "bias_grad"), ref.full->bias.grad().narrow(0, r * part, part)))
+      << "bias gradient slice";
+}
 
-TP_ROLE(row_parallel_linear) {
+void row_parallel(const kit::dist::Group& group, judge::Record& out, const std::string& pre) {
   const int64_t r = group.rank(), part = kIn / group.size();
-  Reference ref = reference();
+  const Reference ref = inputs();
   tp::RowParallelLinear row(kIn, kOut, group);
   row->load_full(ref.full->weight, ref.full->bias);
   auto x = ref.x.narrow(-1, r * part, part).clone().requires_grad_(true);  // a column-parallel layer's slice
   auto y = row(x);
-  EXPECT_TRUE(close(y, ref.y)) << "output (whole, the bias added once), rank " << r;
+  out.put(pre + "y", y);
   (y * ref.G).sum().backward();
-  EXPECT_TRUE(close(x.grad(), ref.x_grad.narrow(-1, r * part, part))) << "input gradient slice, rank " << r;
-  EXPECT_TRUE(close(row->weight.grad(), ref.full->weight.grad().narrow(1, r * part, part))) << "weight gradient columns";
-  EXPECT_TRUE(close(row->bias.grad(), ref.full->bias.grad())) << "bias gradient (whole on every rank)";
+  out.put(pre + "x_grad", x.grad());
+  out.put(pre + "weight_grad", row->weight.grad());
+  out.put(pre + "bias_grad", row->bias.grad());
 }
 
-TP_ROLE(linear_sizes_not_divisible) {  // t = 2
-  tp_test::expect_error_naming([&] { tp::ColumnParallelLinear(kIn, 7, group); }, {"(7)", "t = 2"},
-                               "a column-parallel layer of 7 outputs on 2 ranks");
-  tp_test::expect_error_naming([&] { tp::RowParallelLinear(7, kOut, group); }, {"(7)", "t = 2"},
-                               "a row-parallel layer of 7 inputs on 2 ranks");
+void check_row_parallel(const judge::Record& got, int64_t r, int64_t t, const std::string& pre) {
+  const int64_t part = kIn / t;
+  const Reference ref = reference();
+  EXPECT_TRUE(close(got.get<torch::Tensor>(pre + "y"), ref.y)) << "output (whole, the bias added once), rank " << r;
+  EXPECT_TRUE(close(got.get<torch::Tensor>(pre + "x_grad"), ref.x_grad.narrow(-1, r * part, part)))
+      << "input gradient slice, rank " << r;
+  EXPECT_TRUE(close(got.get<torch::Tensor>(pre + "weight_grad"), ref.full->weight.grad().narrow(1, r * part, part)))
+      << "weight gradient columns";
+  EXPECT_TRUE(close(got.get<torch::Tensor>(pre + "bias_grad"), ref.full->bias.grad()))
+      << "bias gradient (whole on every rank)";
+}
+
+TP_SUBJECT(column_parallel_linear) { column_parallel(group, /*gather=*/false, out, "column."); }
+TP_SUBJECT(column_parallel_linear_gathered) { column_parallel(group, /*gather=*/true, out, "gathered."); }
+TP_SUBJECT(row_parallel_linear) { row_parallel(group, out, "row."); }
+
+TP_SUBJECT(linear_sizes_not_divisible) {  // t = 2
+  out.outcome("column_7", [&] { tp::ColumnParallelLinear(kIn, 7, group); });
+  out.outcome("row_7", [&] { tp::RowParallelLinear(7, kOut, group); });
 }
 
 // Both layers on tensor groups smaller than the world: world 4, groups {0, 2} and {1, 3}.
-TP_ROLE(linear_subgroups) {
+TP_SUBJECT(linear_subgroups) {
   const kit::dist::Group mine = tp_test::strided_pair_group();
-  rank_role_column_parallel_linear(mine);
-  rank_role_column_parallel_linear_gathered(mine);
-  rank_role_row_parallel_linear(mine);
+  tp_test::record_group(mine, out);
+  column_parallel(mine, /*gather=*/false, out, "column.");
+  column_parallel(mine, /*gather=*/true, out, "gathered.");
+  row_parallel(mine, out, "row.");
 }
 
 TEST(TPLinear, ColumnParallelEqualsLinearSlice) {
-  tp_test::expect_ranks_pass_for({1, 2, 4}, "column_parallel_linear", "ColumnParallelLinear");
+  tp_test::for_ranks({1, 2, 4}, "column_parallel_linear", "ColumnParallelLinear",
+                     [](const judge::Record& got, int r, int n) { check_column_parallel(got, r, n, false, "column."); });
 }
 
 TEST(TPLinear, ColumnParallelGatherOutputEqualsLinear) {
-  tp_test::expect_ranks_pass_for({1, 2, 4}, "column_parallel_linear_gathered", "ColumnParallelLinear(gather_output)");
+  tp_test::for_ranks({1, 2, 4}, "column_parallel_linear_gathered", "ColumnParallelLinear(gather_output)",
+                     [](const judge::Record& got, int r, int n) { check_column_parallel(got, r, n, true, "gathered."); });
 }
 
 TEST(TPLinear, RowParallelEqualsLinearWithBiasAddedOnce) {
-  tp_test::expect_ranks_pass_for({1, 2, 4}, "row_parallel_linear", "RowParallelLinear");
+  tp_test::for_ranks({1, 2, 4}, "row_parallel_linear", "RowParallelLinear",
+                     [](const judge::Record& got, int r, int n) { check_row_parallel(got, r, n, "row."); });
 }
 
 TEST(TPLinear, BothLayersOnTensorGroupsSmallerThanTheWorld) {
-  tp_test::expect_all_ranks_pass(tp_test::run_ranks(4, "linear_subgroups"), 4,
-                                 "column and row parallel linear on groups {0, 2} and {1, 3}");
+  tp_test::for_ranks({4}, "linear_subgroups", "column and row parallel linear on groups {0, 2} and {1, 3}",
+                     [](const judge::Record& got, int w, int) {
+                       if (!tp_test::expect_strided_pair_group(got, w)) return;
+                       check_column_parallel(got, w / 2, 2, false, "column.");
+                       check_column_parallel(got, w / 2, 2, true, "gathered.");
+                       check_row_parallel(got, w / 2, 2, "row.");
+                     });
 }
 
 // Given code (the constructors): passes with the starter's stubs too.
 TEST(TPLinear, FeaturesThatTDoesNotDivideAreAnErrorNamingTheSize) {
-  tp_test::expect_all_ranks_pass(tp_test::run_ranks(2, "linear_sizes_not_divisible"), 2, "sizes");
+  tp_test::for_ranks({2}, "linear_sizes_not_divisible", "sizes", [](const judge::Record& got, int, int) {
+    tp_test::expect_error_outcome(got.get<judge::Outcome>("column_7"), {"(7)", "t = 2"},
+                                  "a column-parallel layer of 7 outputs on 2 ranks");
+    tp_test::expect_error_outcome(got.get<judge::Outcome>("row_7"), {"(7)", "t = 2"},
+                                  "a row-parallel layer of 7 inputs on 2 ranks");
+  });
 }
 
 }  // namespace

@@ -1,7 +1,8 @@
 // run_tensor_parallel end to end: t = 1 and t = 2 processes train as one process of the first
 // assignment's model does, written out here without any tensor-parallel code (losses, and the
 // gathered checkpoint that model reads), and a t that does not divide the vocabulary is
-// refused by the launcher before any process starts.
+// refused by the launcher before any process starts. The program runs the student's code: the
+// subject runs it and records its metrics and checkpoints; the one-process model is the judge's.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -14,6 +15,8 @@
 #include "model/checkpoint.h"
 #include "model/gpt2.h"
 #include "build_programs.h"
+#include "judge/judge.h"
+#include "judge/tensor.h"
 #include "train/loop.h"
 #include "train/loss.h"
 
@@ -30,10 +33,6 @@ std::vector<std::string> args(int t, const std::string& dir, int64_t vocab = kRu
           std::to_string(kRunSeqLen), "--vocab-size", std::to_string(vocab), "--steps", std::to_string(kSteps),
           "--lr", "0.001", "--seed", "7", "--threads", "1", "--no-progress",
           "--out", dir + "/metrics/{rank}.json", "--save-checkpoint", dir + "/model.pt"};
-}
-
-nlohmann::json metrics(const std::string& dir, int rank) {
-  return nlohmann::json::parse(dp_test::read_file(dir + "/metrics/" + std::to_string(rank) + ".json"));
 }
 
 kit::GPT2 read_checkpoint(const std::string& path) {
@@ -77,23 +76,53 @@ OneProcess one_process_reference() {
   return ref;
 }
 
+// The parameters of a gathered checkpoint (read in the subject: the file is what the student's
+// program wrote), by name.
+std::vector<std::pair<std::string, torch::Tensor>> checkpoint_parameters(const std::string& path) {
+  auto model = read_checkpoint(path);
+  std::vector<std::pair<std::string, torch::Tensor>> out;
+  for (const auto& p : model->named_parameters()) out.emplace_back(p.key(), p.value().detach());
+  return out;
+}
+
+// The subject runs the program (student code) with t = 1 and t = 2 and records how each run
+// ended, every rank's metrics file and each gathered checkpoint's parameters; the judge trains
+// the one-process model and compares.
 TEST(TPRun, TwoRanksTrainAsOneProcessAndSaveTheWholeModel) {
-  dp_test::TempDir one("tp_run_one"), two("tp_run_two");
-  const auto r1 = dp_test::run_kit_program(args(1, one.path()), one / "log.txt");
-  ASSERT_EQ(r1.exitcode, 0) << "--world-size 1: " << dp_test::describe_run(r1);
-  const auto r2 = dp_test::run_kit_program(args(2, two.path()), two / "log.txt");
-  ASSERT_EQ(r2.exitcode, 0) << "--world-size 2: " << dp_test::describe_run(r2);
+  const kit::judge::Record got = kit::judge::subject([&](kit::judge::Record& out) {
+    dp_test::TempDir one("tp_run_one"), two("tp_run_two");
+    const auto r1 = dp_test::run_kit_program(args(1, one.path()), one / "log.txt");
+    out.put("t1.exitcode", r1.exitcode);
+    out.put("t1.describe", dp_test::describe_run(r1));
+    if (r1.exitcode != 0) return;
+    const auto r2 = dp_test::run_kit_program(args(2, two.path()), two / "log.txt");
+    out.put("t2.exitcode", r2.exitcode);
+    out.put("t2.describe", dp_test::describe_run(r2));
+    if (r2.exitcode != 0) return;
+    out.put("t1.metrics0", dp_test::read_file(one.path() + "/metrics/0.json"));
+    for (int rank = 0; rank < 2; ++rank)
+      out.put("t2.metrics" + std::to_string(rank),
+              dp_test::read_file(two.path() + "/metrics/" + std::to_string(rank) + ".json"));
+    out.put("t1.checkpoint", checkpoint_parameters(one / "model.pt"));
+    out.put("t2.checkpoint", checkpoint_parameters(two / "model.pt"));
+  });
+  if (!kit::judge::judging()) return;
+  ASSERT_EQ(got.get<int>("t1.exitcode"), 0) << "--world-size 1: " << got.get<std::string>("t1.describe");
+  ASSERT_EQ(got.get<int>("t2.exitcode"), 0) << "--world-size 2: " << got.get<std::string>("t2.describe");
+  const auto metrics = [&](const std::string& name) {
+    return nlohmann::json::parse(got.get<std::string>(name));
+  };
 
   // t = 1 runs the same student code as t = 2: both are held to the one-process model.
   const OneProcess single = one_process_reference();
   const auto ref = single.losses;
-  const auto t1 = metrics(one.path(), 0)["losses"].get<std::vector<double>>();
+  const auto t1 = metrics("t1.metrics0")["losses"].get<std::vector<double>>();
   ASSERT_EQ(t1.size(), ref.size());
   for (size_t k = 0; k < ref.size(); ++k)
     EXPECT_NEAR(t1[k], ref[k], 1e-4 * std::abs(ref[k])) << "--world-size 1, step " << k << ", against kit::GPT2 in "
                                                             "one process";
   for (int rank = 0; rank < 2; ++rank) {
-    const nlohmann::json m = metrics(two.path(), rank);
+    const nlohmann::json m = metrics("t2.metrics" + std::to_string(rank));
     const auto losses = m["losses"].get<std::vector<double>>();
     ASSERT_EQ(losses.size(), ref.size()) << "rank " << rank;
     for (size_t k = 0; k < ref.size(); ++k)
@@ -111,30 +140,45 @@ TEST(TPRun, TwoRanksTrainAsOneProcessAndSaveTheWholeModel) {
   }
 
   // Each gathered checkpoint is the first assignment's model, equal to the one-process one's.
-  for (const auto* run : {&one, &two}) {
-    auto a = read_checkpoint(*run / "model.pt");
-    const auto pa = a->named_parameters();
+  for (const int t : {1, 2}) {
+    const auto params = got.get<std::vector<std::pair<std::string, torch::Tensor>>>(
+        "t" + std::to_string(t) + ".checkpoint");
     for (const auto& p : single.model->named_parameters()) {
-      const torch::Tensor& x = pa[p.key()];
+      const torch::Tensor* x = nullptr;
+      for (const auto& [name, value] : params)
+        if (name == p.key()) x = &value;
+      ASSERT_TRUE(x && x->sizes() == p.value().sizes())
+          << p.key() << " of --world-size " << t << "'s checkpoint is missing or of another shape";
       const torch::Tensor y = p.value().detach();
-      const double excess = ((x - y).abs() - (1e-5 + 1e-4 * y.abs())).max().item<double>();
-      EXPECT_LE(excess, 0.0) << p.key() << " of --world-size " << (run == &one ? 1 : 2)
+      const double excess = ((*x - y).abs() - (1e-5 + 1e-4 * y.abs())).max().item<double>();
+      EXPECT_LE(excess, 0.0) << p.key() << " of --world-size " << t
                              << "'s checkpoint differs from kit::GPT2 trained in one process";
     }
   }
 }
 
 TEST(TPRun, VocabularyThatTDoesNotDivideIsAClearError) {
-  dp_test::TempDir dir("tp_run_bad_vocab");
-  const auto r = dp_test::run_kit_program(args(2, dir.path(), 63), dir / "log.txt");
-  EXPECT_FALSE(r.timed_out) << dp_test::describe_run(r);
-  EXPECT_EQ(r.exitcode, 1) << dp_test::describe_run(r);
-  EXPECT_NE(r.output.find("vocab_size (63) is not divisible by the tensor-parallel size t = 2"), std::string::npos)
-      << dp_test::describe_run(r);
+  const kit::judge::Record got = kit::judge::subject([&](kit::judge::Record& out) {
+    dp_test::TempDir dir("tp_run_bad_vocab");
+    const auto r = dp_test::run_kit_program(args(2, dir.path(), 63), dir / "log.txt");
+    out.put("timed_out", r.timed_out);
+    out.put("exitcode", r.exitcode);
+    out.put("output", r.output);
+    out.put("describe", dp_test::describe_run(r));
+    const auto left = dp_test::leftovers_after(dir.path(), 5);
+    out.put("leftovers", left);
+    if (!left.empty()) out.put("leftovers_now", dp_test::leftovers_after(dir.path(), 0));
+  });
+  if (!kit::judge::judging()) return;
+  const std::string describe = got.get<std::string>("describe"), output = got.get<std::string>("output");
+  EXPECT_FALSE(got.get<bool>("timed_out")) << describe;
+  EXPECT_EQ(got.get<int>("exitcode"), 1) << describe;
+  EXPECT_NE(output.find("vocab_size (63) is not divisible by the tensor-parallel size t = 2"), std::string::npos)
+      << describe;
   // Refused in the launcher: no rank was started, so none is left waiting.
-  EXPECT_EQ(r.output.find("starting 2 tensor-parallel ranks"), std::string::npos) << dp_test::describe_run(r);
-  EXPECT_TRUE(dp_test::leftovers_after(dir.path(), 5).empty())
-      << "processes left behind:\n" << dp_test::join_lines(dp_test::leftovers_after(dir.path(), 0));
+  EXPECT_EQ(output.find("starting 2 tensor-parallel ranks"), std::string::npos) << describe;
+  EXPECT_TRUE(got.get<std::vector<std::string>>("leftovers").empty())
+      << "processes left behind:\n" << dp_test::join_lines(got.get<std::vector<std::string>>("leftovers_now"));
 }
 
 }  // namespace
