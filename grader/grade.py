@@ -658,8 +658,8 @@ def static_item(found, rubric, number):
 
 
 def student_object(build_dir: Path, f: str):
-    """The object file the build compiled from student file f (libkit's or the planner's), or None."""
-    for target in ("kit", "kit_planner"):
+    """The object file the build compiled from student file f (libkit_student's or the planner's), or None."""
+    for target in ("kit_student", "kit_planner"):
         for top in ("starter", "solution"):
             obj = build_dir / "CMakeFiles" / f"{target}.dir" / top / (f + ".o")
             if obj.is_file():

@@ -271,7 +271,7 @@ def audit(build: Path, kit: Path, verbose=False):
     given = GivenCode(grade.given_objects(build, files))
     findings, lines, used = [], [], {"solution": {}, "starter": {}}
     for f in files:
-        for side, dirs in (("solution", ["kit.dir/solution", "kit_planner.dir/solution"]),
+        for side, dirs in (("solution", ["kit_student.dir/solution", "kit_planner.dir/solution"]),
                            ("starter", ["kit_reference.dir/starter", "kit_planner_starter_check.dir/starter"])):
             objs = [build / "CMakeFiles" / d / (f + ".o") for d in dirs]
             objs = [o for o in objs if o.is_file()]
