@@ -1,6 +1,8 @@
 // Helpers for the real-run tests of run_pipeline_training: the tiny setup shared by the
 // runs and the single-process reference, running the program under a deadline, schedule
-// files, and reading the ranks' saved dicts.
+// files, and reading the ranks' saved dicts. A run is student code (the program links the
+// student's executor and schedules): it runs in a subject part, which records the run as data
+// (put_run / get_run); the reference and the checks are the judge's (tests/judge/judge.h).
 #pragma once
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -11,6 +13,8 @@
 #include <vector>
 
 #include "data_parallel/dp_test_util.h"
+#include "judge/judge.h"
+#include "judge/tensor.h"
 #include "kit/config.h"
 #include "model/gpt2.h"
 #include "pipeline_training/action.h"
@@ -53,6 +57,22 @@ inline dp_test::RunResult run_program(const std::vector<std::string>& argv, Env 
 }
 
 inline std::string describe(const dp_test::RunResult& r) { return dp_test::describe_run(r); }
+
+// A run's exit, duration and output in a record (under `prefix`), and back.
+inline void put_run(kit::judge::Record& out, const dp_test::RunResult& r, const std::string& prefix = "run") {
+  out.put(prefix + ".exitcode", r.exitcode);
+  out.put(prefix + ".timed_out", r.timed_out);
+  out.put(prefix + ".seconds", r.seconds);
+  out.put(prefix + ".output", r.output);
+}
+inline dp_test::RunResult get_run(const kit::judge::Record& got, const std::string& prefix = "run") {
+  dp_test::RunResult r;
+  r.exitcode = got.get<int>(prefix + ".exitcode");
+  r.timed_out = got.get<bool>(prefix + ".timed_out");
+  r.seconds = got.get<double>(prefix + ".seconds");
+  r.output = got.get<std::string>(prefix + ".output");
+  return r;
+}
 
 // {"schedules": [[{"op": "F", "microbatch": 0, "chunk": 0}, ...], ...]}, written here by
 // hand so the file does not depend on the kit's own JSON functions.

@@ -8,9 +8,15 @@
 //   - the messages: one activation per F on chunk 0, one gradient per B on chunk 1;
 //   - each F runs its chunk's forward exactly once (counted by a stage that counts).
 // Tolerance: 1e-5 + 1e-4 |want| elementwise (float32 sums in another order).
+// The subject parts run the executor (student code) and record what it produced and what was
+// observed (Outcome::put); the plain model and every check are the judge's (tests/judge/judge.h).
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <optional>
+
+#include "judge/judge.h"
+#include "judge/tensor.h"
 #include "pipeline_training/executor.h"
 #include "pipeline_training/p2p.h"
 #include "pipeline_training/stage_model.h"
@@ -19,6 +25,7 @@
 
 namespace {
 namespace pp = kit::pp;
+namespace judge = kit::judge;
 
 constexpr int64_t kBatch = 4, kSeqLen = 8, kVocab = 50;
 
@@ -56,11 +63,34 @@ class CountingStageImpl : public pp::StageModuleImpl {
 
 struct Outcome {
   std::vector<int64_t> forwards;  // forward calls per chunk
-  pp::BatchResult result;
+  pp::BatchResult result;         // recorded: loss and peak_kept
   std::vector<size_t> kept_before;  // kept_count() before each action
   size_t kept_after = 0;
   int64_t sent = 0, received = 0;
   std::map<std::string, torch::Tensor> grads;  // by the full model's names
+
+  void put(judge::Record& out) const {
+    out.put("forwards", forwards);
+    out.put("loss", result.loss);
+    out.put("peak_kept", result.peak_kept);
+    out.put("kept_before", kept_before);
+    out.put("kept_after", kept_after);
+    out.put("sent", sent);
+    out.put("received", received);
+    out.put("grads", grads);
+  }
+  static Outcome get(const judge::Record& got) {
+    Outcome o;
+    o.forwards = got.get<std::vector<int64_t>>("forwards");
+    o.result.loss = got.get<double>("loss");
+    o.result.peak_kept = got.get<int64_t>("peak_kept");
+    o.kept_before = got.get<std::vector<size_t>>("kept_before");
+    o.kept_after = got.get<size_t>("kept_after");
+    o.sent = got.get<int64_t>("sent");
+    o.received = got.get<int64_t>("received");
+    o.grads = got.get<std::map<std::string, torch::Tensor>>("grads");
+    return o;
+  }
 };
 
 Outcome run_in_process(const pp::RankSchedule& schedule, int64_t m) {
@@ -87,6 +117,15 @@ Outcome run_in_process(const pp::RankSchedule& schedule, int64_t m) {
     for (const auto& [name, p] : c->named_model_parameters())
       o.grads[name] = p.grad().defined() ? p.grad().detach().clone() : torch::Tensor();
   return o;
+}
+
+// The executor's run of `schedule`, in a subject part; its record in the judge (nullopt in the
+// subject, which checks nothing, and when the run threw: the case has then failed, saying so).
+std::optional<Outcome> student_run(const pp::RankSchedule& schedule, int64_t m) {
+  const judge::Record got = judge::subject([&](judge::Record& out) { run_in_process(schedule, m).put(out); },
+                                           "the executor on " + pp::to_string(schedule));
+  if (!judge::judging() || !got.ok()) return std::nullopt;
+  return Outcome::get(got);
 }
 
 struct Plain {
@@ -123,7 +162,9 @@ void expect_gradients_match(const Outcome& o, const Plain& want) {
 TEST(ExecutorStep, TwoChunksOneMicroBatchAtATimeMatchPlainModel) {
   const pp::RankSchedule s = {pp::F(0, 0), pp::F(0, 1), pp::B(0, 1), pp::B(0, 0),
                               pp::F(1, 0), pp::F(1, 1), pp::B(1, 1), pp::B(1, 0)};
-  const Outcome o = run_in_process(s, 2);
+  const auto got = student_run(s, 2);
+  if (!got) return;
+  const Outcome& o = *got;
   const Plain want = plain_model();
   EXPECT_NEAR(o.result.loss, want.loss, 1e-5 + 1e-4 * want.loss)
       << "the batch loss is the sum of the micro-batch losses, each times its weight (1/m)";
@@ -133,7 +174,9 @@ TEST(ExecutorStep, TwoChunksOneMicroBatchAtATimeMatchPlainModel) {
 TEST(ExecutorStep, KeptStateGrowsWithForwardsAndIsFreedByBackwards) {
   const pp::RankSchedule s = {pp::F(0, 0), pp::F(0, 1), pp::B(0, 1), pp::B(0, 0),
                               pp::F(1, 0), pp::F(1, 1), pp::B(1, 1), pp::B(1, 0)};
-  const Outcome o = run_in_process(s, 2);
+  const auto got = student_run(s, 2);
+  if (!got) return;
+  const Outcome& o = *got;
   EXPECT_EQ(o.kept_before, (std::vector<size_t>{0, 1, 2, 1, 0, 1, 2, 1}))
       << "forward_step must keep() one entry, backward_step must take() it (and not keep it again)";
   EXPECT_EQ(o.kept_after, 0u);
@@ -151,7 +194,9 @@ TEST(ExecutorStep, AllForwardsFirstKeepsEveryMicroBatchAndMatchesPlainModel) {
     for (int64_t i = 0; i < m; ++i) s.push_back(pp::F(i, c));
   for (int64_t c = 1; c >= 0; --c)
     for (int64_t i = 0; i < m; ++i) s.push_back(pp::B(i, c));
-  const Outcome o = run_in_process(s, m);
+  const auto got = student_run(s, m);
+  if (!got) return;
+  const Outcome& o = *got;
   EXPECT_EQ(o.result.peak_kept, 2 * m);
   EXPECT_EQ(o.kept_after, 0u);
   const Plain want = plain_model();
@@ -164,7 +209,9 @@ TEST(ExecutorStep, EachForwardStepRunsItsChunkOnce) {
   pp::RankSchedule s;
   for (int64_t i = 0; i < m; ++i)
     for (const auto& a : {pp::F(i, 0), pp::F(i, 1), pp::B(i, 1), pp::B(i, 0)}) s.push_back(a);
-  const Outcome o = run_in_process(s, m);
+  const auto got = student_run(s, m);
+  if (!got) return;
+  const Outcome& o = *got;
   EXPECT_EQ(o.forwards, (std::vector<int64_t>{m, m}))
       << "forward calls of chunk 0 and chunk 1 for " << m << " micro-batches: each forward_step runs its chunk once "
       << "and keeps that very output (a second forward, with dropout on, would draw other masks)";
@@ -173,11 +220,13 @@ TEST(ExecutorStep, EachForwardStepRunsItsChunkOnce) {
 // A backward whose forward never ran is an error naming the action, never a crash.
 TEST(ExecutorStep, BackwardWithoutForwardIsAnError) {
   const pp::RankSchedule s = {pp::B(0, 1)};
-  try {
-    run_in_process(s, 1);
-    FAIL() << "B(0) before F(0) must throw";
-  } catch (const kit::Error& e) {
-    EXPECT_NE(std::string(e.what()).find("micro-batch 0"), std::string::npos) << e.what();
+  const judge::Record got = judge::subject(
+      [&](judge::Record& out) { out.outcome("run", [&] { run_in_process(s, 1); }); }, "the executor on B0.1 alone");
+  JUDGE {
+    const auto o = got.get<judge::Outcome>("run");
+    if (!o.threw()) FAIL() << "B(0) before F(0) must throw";
+    ASSERT_EQ(o.kind, "kit::Error") << "B(0) before F(0) must throw a kit::Error, not " << o.describe();
+    EXPECT_NE(o.message.find("micro-batch 0"), std::string::npos) << o.message;
   }
 }
 

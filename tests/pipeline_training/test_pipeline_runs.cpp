@@ -20,6 +20,9 @@
 // The real-run tests take their schedules from reference_schedules.h through
 // --schedule-file, so they grade the executor whatever the student's schedules do; the
 // *BuiltSchedule cases run the program's own schedules (student schedules + executor).
+// The subject part runs the program and records its exit, output and every rank's saved dict;
+// the single-process reference (the kit's model, loss and AdamW: given code only) and every
+// check are the judge's (tests/judge/judge.h).
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -38,23 +41,39 @@ kit::pp::Schedules reference_schedules(const RunSpec& s) {
 }
 
 void expect_matches_single_process(const RunSpec& spec, bool built_schedule) {
-  dp_test::TempDir dir("pp_" + spec.schedule + std::to_string(spec.ranks));
-  auto args = pp_run::program_args(spec, dir.path());
-  args.insert(args.end(), {"--save", dir / "save"});
-  if (!built_schedule) {
-    pp_run::write_schedule_file(dir / "schedule.json", reference_schedules(spec));
-    args.insert(args.end(), {"--schedule-file", dir / "schedule.json"});
-  }
-  const auto r = pp_run::run_program(args, {}, dir / "run.log");
+  const kit::judge::Record rec = kit::judge::subject(
+      [&](kit::judge::Record& out) {
+        dp_test::TempDir dir("pp_" + spec.schedule + std::to_string(spec.ranks));
+        auto args = pp_run::program_args(spec, dir.path());
+        args.insert(args.end(), {"--save", dir / "save"});
+        if (!built_schedule) {
+          pp_run::write_schedule_file(dir / "schedule.json", reference_schedules(spec));
+          args.insert(args.end(), {"--schedule-file", dir / "schedule.json"});
+        }
+        pp_run::put_run(out, pp_run::run_program(args, {}, dir / "run.log"));
+        std::vector<std::string> paths;
+        std::vector<std::map<std::string, torch::Tensor>> saved;
+        for (int q = 0; q < spec.ranks; ++q) {
+          paths.push_back(dir / ("save/rank" + std::to_string(q) + ".pt"));
+          saved.push_back(dp_test::load_rank_file(paths.back()));
+        }
+        out.put("paths", paths);
+        out.put("ranks", saved);
+        out.put("leftovers", dp_test::leftovers_after(dir.path(), 5));
+      },
+      "run_pipeline_training " + spec.schedule + " on " + std::to_string(spec.ranks) + " ranks");
+  if (!kit::judge::judging()) return;
+  const auto r = pp_run::get_run(rec);
   ASSERT_EQ(r.exitcode, 0) << pp_run::describe(r);
 
   const pp_run::Reference ref = pp_run::single_process_reference(spec.n_layer);
-  std::vector<std::map<std::string, torch::Tensor>> ranks;
-  for (int q = 0; q < spec.ranks; ++q) {
-    const std::string path = dir / ("save/rank" + std::to_string(q) + ".pt");
-    ranks.push_back(dp_test::load_rank_file(path));
-    ASSERT_FALSE(ranks.back().empty()) << "rank " << q << " wrote no " << path;
-  }
+  const auto paths = rec.get<std::vector<std::string>>("paths");
+  std::vector<std::map<std::string, torch::Tensor>> ranks =
+      rec.get<std::vector<std::map<std::string, torch::Tensor>>>("ranks");
+  ASSERT_EQ(ranks.size(), static_cast<size_t>(spec.ranks));
+  ASSERT_EQ(paths.size(), static_cast<size_t>(spec.ranks));
+  for (int q = 0; q < spec.ranks; ++q)
+    ASSERT_FALSE(ranks[q].empty()) << "rank " << q << " wrote no " << paths[q];
   const int last = static_cast<int>((spec.ranks * spec.virtual_chunks - 1) % spec.ranks);
 
   // Where each parameter is: exactly one rank, except wte on the first and the last stage.
@@ -116,7 +135,7 @@ void expect_matches_single_process(const RunSpec& spec, bool built_schedule) {
     ASSERT_TRUE(ranks[q].count("timeline"));
     EXPECT_EQ(ranks[q]["timeline"].size(0), 2 * spec.microbatches * spec.virtual_chunks) << "rank " << q;
   }
-  EXPECT_EQ(dp_test::leftovers_after(dir.path(), 5), std::vector<std::string>{});
+  EXPECT_EQ(rec.get<std::vector<std::string>>("leftovers"), std::vector<std::string>{});
 }
 
 TEST(PipelineRun, GPipeTwoRanksMatchesOneProcess) { expect_matches_single_process({2, "gpipe", 4, 1, 2}, false); }

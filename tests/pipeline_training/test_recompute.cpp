@@ -21,15 +21,25 @@
 //     forward's state gives the next micro-batch the previous one's masks.
 //   - RecomputeRun (no rubric item: it runs the executor too): run_pipeline_training
 //     --recompute, 2 processes, 1F1B, dropout 0.1, gives the losses of the run without.
+// The subject parts (and the ranks, RANK_SUBJECT) run recompute (student code) and record its
+// outputs, gradients, kept bytes and counters; the runs without recomputation (given code
+// only: StageModule::forward without recompute never calls it) and every check are the
+// judge's (tests/judge/judge.h). The 2-process 1F1B without recomputation is computed in the
+// judge in one process (one_process_1f1b): every rank's own model copy, optimizer and dropout
+// generator, the messages handed over in memory.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include <iostream>
 #include <algorithm>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
+#include "judge/judge.h"
+#include "judge/tensor.h"
 #include "kit/config.h"
 #include "kit/memory.h"
 #include "model/gpt2.h"
@@ -44,6 +54,7 @@
 namespace {
 using kit::pp::MicroBatch;
 using kit::pp::StageModule;
+namespace judge = kit::judge;
 
 constexpr int64_t kRcBatch = 2, kRcSeqLen = 16, kRcVocab = 64;
 constexpr uint64_t kRcSeed = 23;
@@ -131,7 +142,23 @@ BlockRun run_one_block(bool with_recompute) {
 }
 
 TEST(Recompute, OneBlockGradientsEqualWithDropout) {
-  const BlockRun plain = run_one_block(false), rec = run_one_block(true);
+  const judge::Record got = judge::subject(
+      [&](judge::Record& out) {
+        const BlockRun r = run_one_block(true);
+        out.put("out", r.out);
+        out.put("x_grad", r.x_grad);
+        out.put("after", r.after);
+        out.put("grads", r.grads);
+      },
+      "recompute of one block");
+  if (!judge::judging()) return;
+  const BlockRun plain = run_one_block(false);
+  BlockRun rec;
+  rec.out = got.get<torch::Tensor>("out");
+  rec.x_grad = got.get<torch::Tensor>("x_grad");
+  rec.after = got.get<torch::Tensor>("after");
+  rec.grads = got.get<std::map<std::string, torch::Tensor>>("grads");
+  ASSERT_TRUE(rec.out.defined() && rec.after.defined()) << "recompute(block, x) returned no tensor";
   ASSERT_EQ(rec.out.sizes(), plain.out.sizes());
   EXPECT_LE((rec.out - plain.out).abs().max().item<double>(), 1e-12)
       << "recompute(block, x) must return block(x), dropout masks included";
@@ -161,7 +188,16 @@ StageRun run_whole_stage(bool with_recompute) {
 }
 
 TEST(Recompute, StageLossAndGradientsEqualWithDropout) {
-  const StageRun plain = run_whole_stage(false), rec = run_whole_stage(true);
+  const judge::Record got = judge::subject(
+      [&](judge::Record& out) {
+        const StageRun r = run_whole_stage(true);
+        out.put("loss", r.loss);
+        out.put("grads", r.grads);
+      },
+      "a whole stage with recomputation");
+  if (!judge::judging()) return;
+  const StageRun plain = run_whole_stage(false);
+  const StageRun rec{got.get<double>("loss"), got.get<std::map<std::string, torch::Tensor>>("grads")};
   EXPECT_NEAR(rec.loss, plain.loss, 1e-12) << "the stage's loss changed with recomputation on";
   expect_same_grads(rec.grads, plain.grads, "a whole stage");
 }
@@ -185,9 +221,17 @@ TEST(Recompute, StageKeepsOnlyBlockInputs) {
     const torch::Tensor y = stage->forward(x);
     return kit::memory::cpu_bytes_now() - before;
   };
+  // With recomputation (student code) in the subject; without (given code) in the judge.
+  const judge::Record got = judge::subject(
+      [&](judge::Record& out) {
+        int64_t blocks_with = 0;
+        out.put("with", kept_by_forward(true, &blocks_with));
+      },
+      "a middle stage's forward with recomputation");
+  if (!judge::judging()) return;
   int64_t blocks = 0;
   const int64_t without = kept_by_forward(false, &blocks);
-  const int64_t with = kept_by_forward(true, &blocks);
+  const int64_t with = got.get<int64_t>("with");
   ASSERT_EQ(blocks, 2);
   const int64_t activation = b * T * C * 8, want = (blocks + 1) * activation, slack = blocks * 16 * 1024;
   const std::string sizes = "; with recomputation the forward kept " + std::to_string(with) + " bytes, without " +
@@ -202,19 +246,45 @@ TEST(Recompute, StageKeepsOnlyBlockInputs) {
 }
 
 // The given counters: each block's forward runs twice with recomputation, once without.
+struct BlockCounts {
+  int64_t blocks = 0, after_forward = 0, forwards = 0, recomputed = 0;  // after_forward: block forwards then
+};
+BlockCounts count_block_forwards(const kit::GPT2& full, const MicroBatch& mb, bool with_recompute) {
+  StageModule stage = rc_stage(full, 0, 1, with_recompute);
+  BlockCounts k;
+  k.blocks = stage->num_blocks();
+  kit::pp::reset_recompute_counters();
+  const torch::Tensor loss = stage->loss(stage->forward(mb.idx), mb);
+  k.after_forward = kit::pp::recompute_counters().forwards;
+  loss.backward();
+  const kit::pp::RecomputeCounters c = kit::pp::recompute_counters();
+  k.forwards = c.forwards;
+  k.recomputed = c.recomputed;
+  return k;
+}
+
 TEST(Recompute, EachBlockRunsTwiceWithRecomputeOnceWithout) {
   const kit::GPT2 full = rc_model(2);
   const MicroBatch mb = rc_microbatch();
+  // With recomputation (student code) in the subject, which records the given counters.
+  const judge::Record got = judge::subject(
+      [&](judge::Record& out) {
+        const BlockCounts k = count_block_forwards(full, mb, true);
+        out.put("blocks", k.blocks);
+        out.put("after_forward", k.after_forward);
+        out.put("forwards", k.forwards);
+        out.put("recomputed", k.recomputed);
+      },
+      "a stage's forward and backward with recomputation");
+  if (!judge::judging()) return;
   for (const bool with_recompute : {false, true}) {
-    StageModule stage = rc_stage(full, 0, 1, with_recompute);
-    const int64_t n = stage->num_blocks();
-    kit::pp::reset_recompute_counters();
-    const torch::Tensor loss = stage->loss(stage->forward(mb.idx), mb);
-    const kit::pp::RecomputeCounters after_forward = kit::pp::recompute_counters();
-    loss.backward();
-    const kit::pp::RecomputeCounters c = kit::pp::recompute_counters();
+    const BlockCounts k = with_recompute ? BlockCounts{got.get<int64_t>("blocks"), got.get<int64_t>("after_forward"),
+                                                       got.get<int64_t>("forwards"), got.get<int64_t>("recomputed")}
+                                         : count_block_forwards(full, mb, false);
+    const int64_t n = rc_stage(full, 0, 1, false)->num_blocks();  // the stage's blocks (given code)
+    const kit::pp::RecomputeCounters c{k.forwards, k.recomputed};
     SCOPED_TRACE(with_recompute ? "with recomputation" : "without recomputation");
-    EXPECT_EQ(after_forward.forwards, n) << "the forward must run each of the " << n << " blocks once";
+    EXPECT_EQ(k.after_forward, n) << "the forward must run each of the " << n << " blocks once";
     EXPECT_EQ(c.forwards, with_recompute ? 2 * n : n)
         << "block forwards in one forward and backward of a stage of " << n << " blocks";
     EXPECT_EQ(c.recomputed, with_recompute ? n : 0) << "block forwards run inside the backward";
@@ -289,28 +359,167 @@ OneFOneBRun run_two_stage_1f1b(const kit::dist::Group& group, bool with_recomput
   return run;
 }
 
-RANK_ROLE(recompute_1f1b) {
-  const OneFOneBRun plain = run_two_stage_1f1b(group, false), rec = run_two_stage_1f1b(group, true);
-  const std::string where = "rank " + std::to_string(group.rank()) + " of " + std::to_string(group.size());
-  for (const auto& [name, want] : plain.grads) {
-    const torch::Tensor& got = rec.grads.at(name);
-    ASSERT_TRUE(want.defined() && got.defined()) << where << ": " << name << " got no gradient";
-    EXPECT_LE((got - want).abs().max().item<double>(), 1e-9 * std::max(1.0, want.abs().max().item<double>()))
-        << where << ": the gradient of " << name << " after the first batch differs with recomputation by "
-        << (got - want).abs().max().item<double>() << " (scale " << want.abs().max().item<double>()
-        << "): the recomputed dropout masks must be the forward's, and after each recomputation the generator "
-        << "must be back where it was (rank 0 runs two forwards before its first backward)";
+// 1F1B without recomputation on p stages, in this one process: what run_two_stage_1f1b(group,
+// false) computes on each rank r of p, with given code only. Every rank has its own copy of the
+// model, its own AdamW and its own dropout generator (the default generator's state swapped in
+// around its actions); the activations and gradients go from rank to rank in memory, in the
+// schedule's order; the tied wte's gradient is summed as sum_tied_gradients does (a + b on both).
+std::vector<OneFOneBRun> one_process_1f1b(int64_t p) {
+  const int64_t m = 4, rows = 8, steps = 3;
+  struct Rank {
+    std::vector<StageModule> chunks;
+    std::unique_ptr<torch::optim::AdamW> opt;
+    kit::pp::RankSchedule schedule;
+    torch::Tensor rng;  // the rank's generator state between its actions
+    size_t next = 0;
+    std::map<int64_t, std::pair<torch::Tensor, torch::Tensor>> kept;  // micro-batch: (input, output or loss)
+    double loss = 0;
+  };
+  std::vector<Rank> ranks(static_cast<size_t>(p));
+  for (int64_t r = 0; r < p; ++r) {
+    Rank& k = ranks[static_cast<size_t>(r)];
+    const kit::GPT2 full = rc_model(2);  // each rank builds its own
+    k.chunks.push_back(rc_stage(full, r, p, false));
+    k.opt = std::make_unique<torch::optim::AdamW>(k.chunks[0]->parameters(),
+                                                  torch::optim::AdamWOptions(1e-3).weight_decay(0.0));
+    k.schedule = pp_test::ref_all_1f1b(p, m)[static_cast<size_t>(r)];
   }
-  if (group.rank() != group.size() - 1) return;
-  ASSERT_EQ(rec.losses.size(), plain.losses.size());
-  for (size_t k = 0; k < plain.losses.size(); ++k)
-    EXPECT_NEAR(rec.losses[k], plain.losses[k], 1e-5 * std::abs(plain.losses[k]))
-        << "batch " << k << ": the loss with recomputation differs from the one without";
+  torch::manual_seed(kRcSeed + 10);  // the same batches on every rank
+  std::vector<std::vector<MicroBatch>> batches;
+  for (int64_t k = 0; k < steps; ++k) {
+    const torch::Tensor t = torch::randint(kRcVocab, {rows, kRcSeqLen + 1}, torch::kInt64);
+    batches.push_back(kit::pp::split_batch(t.narrow(1, 0, kRcSeqLen).contiguous(), t.narrow(1, 1, kRcSeqLen).contiguous(),
+                                           torch::ones({rows, kRcSeqLen}, torch::kFloat64), m));
+  }
+  at::Generator gen = at::globalContext().defaultGenerator(torch::kCPU);
+  const auto get_state = [&] {
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    return gen.get_state();
+  };
+  const auto set_state = [&](const torch::Tensor& state) {
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    gen.set_state(state);
+  };
+  for (int64_t r = 0; r < p; ++r) {
+    torch::manual_seed(kRcSeed + 20 + static_cast<uint64_t>(r));  // dropout: this rank's own
+    ranks[static_cast<size_t>(r)].rng = get_state();
+  }
+  std::vector<OneFOneBRun> runs(static_cast<size_t>(p));
+  for (int64_t step = 0; step < steps; ++step) {
+    const auto& micro = batches[static_cast<size_t>(step)];
+    std::map<std::pair<int64_t, int64_t>, torch::Tensor> activations, gradients;  // (to rank, micro-batch)
+    for (auto& k : ranks) {
+      k.opt->zero_grad();
+      k.next = 0;
+      k.loss = 0;
+      k.kept.clear();
+    }
+    // Each rank performs its next action as soon as its message is there, until none can.
+    for (bool progress = true; progress;) {
+      progress = false;
+      for (int64_t r = 0; r < p; ++r) {
+        Rank& k = ranks[static_cast<size_t>(r)];
+        StageModule& stage = k.chunks[0];
+        while (k.next < k.schedule.size()) {
+          const kit::pp::Action& a = k.schedule[k.next];
+          const int64_t i = a.microbatch;
+          const MicroBatch& mb = micro[static_cast<size_t>(i)];
+          if (a.op == kit::pp::Op::Forward) {
+            if (r > 0 && !activations.count({r, i})) break;
+            set_state(k.rng);
+            torch::Tensor input = mb.idx;
+            if (r > 0) {
+              input = activations.at({r, i}).requires_grad_(true);
+              activations.erase({r, i});
+            }
+            torch::Tensor out = stage->forward(input);
+            if (r == p - 1) {
+              out = stage->loss(out, mb);
+              k.loss += out.item<double>();
+            } else {
+              activations[{r + 1, i}] = out.detach().clone();
+            }
+            k.kept[i] = {input, out};
+            k.rng = get_state();
+          } else {
+            if (r < p - 1 && !gradients.count({r, i})) break;
+            set_state(k.rng);
+            const auto [input, out] = k.kept.at(i);
+            k.kept.erase(i);
+            if (r == p - 1) {
+              out.backward();
+            } else {
+              out.backward(gradients.at({r, i}));
+              gradients.erase({r, i});
+            }
+            if (r > 0) gradients[{r - 1, i}] = input.grad().clone();
+            k.rng = get_state();
+          }
+          ++k.next;
+          progress = true;
+        }
+      }
+    }
+    for (int64_t r = 0; r < p; ++r)
+      if (ranks[static_cast<size_t>(r)].next != ranks[static_cast<size_t>(r)].schedule.size())
+        throw kit::Error("one_process_1f1b: rank " + std::to_string(r) + " is stuck");
+    {  // sum_tied_gradients: the first and the last stage's copies of wte both get a + b
+      torch::NoGradGuard no_grad;
+      torch::Tensor w0 = ranks.front().chunks[0]->tied_weight(), w1 = ranks.back().chunks[0]->tied_weight();
+      for (torch::Tensor* w : {&w0, &w1})
+        if (!w->grad().defined()) w->mutable_grad() = torch::zeros_like(*w);
+      const torch::Tensor g0 = w0.grad().clone(), g1 = w1.grad().clone();
+      w0.grad().add_(g1);
+      w1.grad().add_(g0);
+    }
+    for (int64_t r = 0; r < p; ++r) {
+      Rank& k = ranks[static_cast<size_t>(r)];
+      OneFOneBRun& run = runs[static_cast<size_t>(r)];
+      if (step == 0) run.grads = grads_of(*k.chunks[0]);
+      run.losses.push_back(k.loss);
+      k.opt->step();
+    }
+  }
+  return runs;
+}
+
+// A rank with recomputation (student code): records its gradients after the first batch and
+// its batch losses.
+RANK_SUBJECT(recompute_1f1b) {
+  const OneFOneBRun rec = run_two_stage_1f1b(group, true);
+  out.put("grads", rec.grads);
+  out.put("losses", rec.losses);
 }
 
 TEST(Recompute, OneFOneBTwoProcessesMatchWithoutRecompute) {
-  rank_test::expect_all_ranks_pass(rank_test::run_ranks(2, "recompute_1f1b", 60), 2,
-                                   "1F1B with recomputation against without (dropout 0.1)");
+  const int n = 2;
+  const rank_test::RankRun run = rank_test::subject_ranks(n, "recompute_1f1b", 60);
+  if (!judge::judging()) return;
+  if (!rank_test::expect_ranks_ok(run, n, "1F1B with recomputation against without (dropout 0.1)")) return;
+  const std::vector<OneFOneBRun> plains = one_process_1f1b(n);
+  for (int r = 0; r < n; ++r) {
+    const OneFOneBRun& plain = plains[static_cast<size_t>(r)];
+    const judge::Record& got_rank = run.records[static_cast<size_t>(r)];
+    const OneFOneBRun rec{got_rank.get<std::vector<double>>("losses"),
+                          got_rank.get<std::map<std::string, torch::Tensor>>("grads")};
+    const std::string where = "rank " + std::to_string(r) + " of " + std::to_string(n);
+    for (const auto& [name, want] : plain.grads) {
+      ASSERT_TRUE(rec.grads.count(name)) << where << ": " << name << " got no gradient";
+      const torch::Tensor& got = rec.grads.at(name);
+      ASSERT_TRUE(want.defined() && got.defined()) << where << ": " << name << " got no gradient";
+      ASSERT_EQ(got.sizes(), want.sizes()) << where << ": " << name;
+      EXPECT_LE((got - want).abs().max().item<double>(), 1e-9 * std::max(1.0, want.abs().max().item<double>()))
+          << where << ": the gradient of " << name << " after the first batch differs with recomputation by "
+          << (got - want).abs().max().item<double>() << " (scale " << want.abs().max().item<double>()
+          << "): the recomputed dropout masks must be the forward's, and after each recomputation the generator "
+          << "must be back where it was (rank 0 runs two forwards before its first backward)";
+    }
+    if (r != n - 1) continue;
+    ASSERT_EQ(rec.losses.size(), plain.losses.size());
+    for (size_t k = 0; k < plain.losses.size(); ++k)
+      EXPECT_NEAR(rec.losses[k], plain.losses[k], 1e-5 * std::abs(plain.losses[k]))
+          << "batch " << k << ": the loss with recomputation differs from the one without";
+  }
 }
 
 // run_pipeline_training --recompute on 2 processes against the same run without (ungraded:

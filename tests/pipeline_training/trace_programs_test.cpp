@@ -13,6 +13,8 @@
 
 #include "build_programs.h"
 #include "data_parallel/dp_test_util.h"
+#include "judge/judge.h"
+#include "pipeline_training/schedule_test_util.h"  // schedules in records
 #include "pipeline_training/schedules.h"
 #include "pipeline_training/simulate.h"
 #include "pipeline_training/trace_events.h"
@@ -44,18 +46,31 @@ std::map<int64_t, std::string> thread_names(const json& trace) {
 }
 
 // `schedule --kind` with --trace: each rank's track holds exactly the simulator's actions of
-// that rank, at its start and end (one time unit shown as one second).
+// that rank, at its start and end (one time unit shown as one second). The program and
+// make_schedule run the student's schedules: the subject part runs them and records the trace
+// and the schedule; the judge simulates the recorded schedule and compares (tests/judge/judge.h).
 void expect_schedule_trace(const std::string& kind, const kit::pp::PipelineShape& shape) {
-  dp_test::TempDir dir("schedule_trace");
-  const std::string path = dir / "trace.json";
-  const auto r = dp_test::run_kit_program({kit_test::build_program("schedule"), "--kind", kind, "-p",
-                                           std::to_string(shape.ranks), "-m", std::to_string(shape.microbatches),
-                                           "-v", std::to_string(shape.chunks), "--trace", path},
-                                          dir / "run.log", {}, 30);
-  ASSERT_EQ(r.exitcode, 0) << dp_test::describe_run(r);
-  const json trace = load(path);
-  const kit::pp::ScheduleKind k = kit::pp::parse_schedule_kind(kind);
-  const kit::pp::Timeline want = kit::pp::simulate(kit::pp::make_schedule(k, shape), shape);
+  const kit::judge::Record rec = kit::judge::subject(
+      [&](kit::judge::Record& out) {
+        dp_test::TempDir dir("schedule_trace");
+        const std::string path = dir / "trace.json";
+        const auto r = dp_test::run_kit_program({kit_test::build_program("schedule"), "--kind", kind, "-p",
+                                                 std::to_string(shape.ranks), "-m", std::to_string(shape.microbatches),
+                                                 "-v", std::to_string(shape.chunks), "--trace", path},
+                                                dir / "run.log", {}, 30);
+        out.put("exitcode", r.exitcode);
+        out.put("run", dp_test::describe_run(r));
+        out.put("path", path);
+        out.put("trace", dp_test::read_file(path));
+        out.put("schedule", kit::pp::make_schedule(kit::pp::parse_schedule_kind(kind), shape));
+      },
+      "schedule --kind " + kind + " --trace");
+  if (!kit::judge::judging()) return;
+  ASSERT_EQ(rec.get<int>("exitcode"), 0) << rec.get<std::string>("run");
+  const std::string text = rec.get<std::string>("trace");
+  EXPECT_FALSE(text.empty()) << "no trace at " << rec.get<std::string>("path");
+  const json trace = text.empty() ? json::object() : json::parse(text);
+  const kit::pp::Timeline want = kit::pp::simulate(rec.get<kit::pp::Schedules>("schedule"), shape);
   const auto tracks = events_by_track(trace);
   ASSERT_EQ(static_cast<int64_t>(tracks.size()), shape.ranks);
   const auto names = thread_names(trace);

@@ -2,13 +2,18 @@
 // do not use (more ranks than 8, more micro-batches than 16, 5 and 6 chunks per rank, fewer
 // micro-batches than ranks), so a schedule tuned to the public shapes loses these points.
 // One case per shape, each compared with the test side's reference and replayed to the end.
+// The subject part builds the student's schedule and records it (student_schedule); the judge
+// compares and replays it.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <functional>
+#include <optional>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "judge/judge.h"
 #include "pipeline_training/reference_schedules.h"
 #include "pipeline_training/schedule_test_util.h"
 
@@ -17,12 +22,17 @@ namespace {
 using kit::pp::ScheduleKind;
 using kit::pp::Schedules;
 
-// The student's schedule equals `want` on every rank and simulates to completion; returns
-// the peak in-flight per rank (empty on failure).
-std::vector<int64_t> expect_schedule(ScheduleKind kind, int64_t p, int64_t m, int64_t v, const Schedules& want) {
+// The student's schedule equals reference() on every rank and simulates to completion; returns
+// the peak in-flight per rank (empty on failure, and in the subject, which checks nothing).
+// reference() runs in the judge only.
+std::vector<int64_t> expect_schedule(ScheduleKind kind, int64_t p, int64_t m, int64_t v,
+                                     const std::function<Schedules()>& reference) {
   const std::string what = kit::pp::to_string(kind) + " p = " + std::to_string(p) + ", m = " + std::to_string(m) +
                            ", v = " + std::to_string(v);
-  const Schedules got = kit::pp::make_schedule(kind, {p, m, v});
+  const std::optional<Schedules> recorded = pp_test::student_schedule(kind, p, m, v);
+  if (!recorded) return {};
+  const Schedules& got = *recorded;
+  const Schedules want = reference();
   EXPECT_EQ(got.size(), want.size()) << what;
   if (got.size() != want.size()) return {};
   for (size_t r = 0; r < want.size(); ++r)
@@ -36,18 +46,22 @@ std::vector<int64_t> expect_schedule(ScheduleKind kind, int64_t p, int64_t m, in
 }
 
 void expect_gpipe(int64_t p, int64_t m) {
-  const auto peaks = expect_schedule(ScheduleKind::GPipe, p, m, 1, pp_test::ref_all_gpipe(p, m));
+  const auto peaks = expect_schedule(ScheduleKind::GPipe, p, m, 1, [&] { return pp_test::ref_all_gpipe(p, m); });
+  if (!kit::judge::judging()) return;  // the subject checks nothing
   EXPECT_EQ(peaks, std::vector<int64_t>(static_cast<size_t>(p), m));
 }
 
 void expect_1f1b(int64_t p, int64_t m) {
-  const auto peaks = expect_schedule(ScheduleKind::OneFOneB, p, m, 1, pp_test::ref_all_1f1b(p, m));
+  const auto peaks = expect_schedule(ScheduleKind::OneFOneB, p, m, 1, [&] { return pp_test::ref_all_1f1b(p, m); });
+  if (!kit::judge::judging()) return;
   for (int64_t r = 0; r < static_cast<int64_t>(peaks.size()); ++r)
     EXPECT_EQ(peaks[static_cast<size_t>(r)], std::min(p - r, m)) << "rank " << r;
 }
 
 void expect_interleaved(int64_t p, int64_t m, int64_t v) {
-  const auto peaks = expect_schedule(ScheduleKind::Interleaved, p, m, v, pp_test::ref_all_interleaved(p, m, v));
+  const auto peaks = expect_schedule(ScheduleKind::Interleaved, p, m, v,
+                                     [&] { return pp_test::ref_all_interleaved(p, m, v); });
+  if (!kit::judge::judging()) return;
   for (int64_t r = 0; r < static_cast<int64_t>(peaks.size()); ++r)
     EXPECT_EQ(peaks[static_cast<size_t>(r)], pp_test::ref_interleaved_peak_in_flight(p, m, v, r)) << "rank " << r;
 }
