@@ -17,6 +17,8 @@ starter:  the stubs and no figures must score 0 (and build, and finish without a
                                    the grader returned),
                "then_solution": true (optional: the solution graded next in the same work dir
                                       must still score full marks),
+               "base": "starter" (optional: the edits apply to the starter's stubs instead of the
+                                  solution, and the figures are left out),
                "in_ci": true (optional: in the tier scripts/test.sh runs; the others run with
                               scripts/test.sh --full, tests/CMakeLists.txt)}
           The submission is the solution files with those edits (each "replace" text must occur
@@ -54,8 +56,12 @@ def tiny_png(w=4, h=3):
             + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
 
 
-def make_submission(dst: Path, rubric, with_solution: bool, edits=()):
-    if with_solution:
+def make_submission(dst: Path, rubric, with_solution: bool, edits=(), base="solution"):
+    if base == "starter":
+        for f in rubric["student_files"]:
+            (dst / f).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(KIT / "starter" / f, dst / f)
+    elif with_solution:
         for f in rubric["student_files"]:
             (dst / f).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy(KIT / "solution" / f, dst / f)
@@ -69,7 +75,7 @@ def make_submission(dst: Path, rubric, with_solution: bool, edits=()):
         text = path.read_text()
         if text.count(e["replace"]) != 1:
             raise SystemExit(f"edit of {e['file']}: the text to replace occurs {text.count(e['replace'])} times "
-                             f"in the solution, not once; update the edit:\n{e['replace']}")
+                             f"in the {base}, not once; update the edit:\n{e['replace']}")
         path.write_text(text.replace(e["replace"], e["with"]))
 
 
@@ -128,7 +134,7 @@ def main(argv=None):
     with tempfile.TemporaryDirectory(prefix="grader-selftest-") as tmp:
         sub = Path(tmp) / "submission"
         sub.mkdir()
-        make_submission(sub, rubric, args.name != "starter", edits)
+        make_submission(sub, rubric, args.name != "starter", edits, spec.get("base", "solution"))
         out, written = grade_once(sub, work, args.jobs, items, spec.get("test_timeout"), args.assignment,
                                   spec.get("grade_args", []), args.prebuilt)
     results = json.loads(written)
