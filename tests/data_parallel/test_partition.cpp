@@ -229,6 +229,36 @@ TEST(DataPartitioner, RejectsSizesAboveOneAndMissingPartitions) {
   expect_kit_error(got, "use(0).get(5)", "item 5 of a 5-item partition");
 }
 
+// The judge's reading of one outcome: a kit::Error whose message says something.
+void expect_kit_error_with_message(const judge::Record& got, const std::string& what, const std::string& why) {
+  const auto o = got.get<judge::Outcome>(what);
+  if (!got.ok()) return;
+  EXPECT_EQ(o.kind, "kit::Error") << why << ": must throw kit::Error; it " << o.describe();
+  if (o.kind == "kit::Error") EXPECT_FALSE(o.message.empty()) << why << ": the kit::Error must say what is wrong";
+}
+
+TEST(DataPartitioner, UsingAPartitionThatDoesNotExistIsAnErrorWithAMessage) {
+  const judge::Record got = judge::subject([&](judge::Record& out) {
+    // No sizes (a world of 0): the constructor or use(0) must say so.
+    out.outcome("use(0) of 0", [&] { kit::DataPartitioner(fake(10), {}).use(0); });
+    kit::DataPartitioner p(fake(10), {0.5, 0.5});
+    out.outcome("use(-1) of 2", [&] { p.use(-1); });
+    out.outcome("use(2) of 2", [&] { p.use(2); });
+  });
+  if (!judge::judging()) return;
+  expect_kit_error_with_message(got, "use(0) of 0", "partition 0 of a partitioner with no sizes (world size 0)");
+  expect_kit_error_with_message(got, "use(-1) of 2", "partition -1 (a negative rank)");
+  expect_kit_error_with_message(got, "use(2) of 2", "partition 2 of 2 (a rank >= the world size)");
+}
+
+TEST(DataPartitioner, APartitionOfNoDataIsAnError) {
+  const judge::Record got = judge::subject([&](judge::Record& out) {
+    out.outcome("Partition(nullptr, {0, 1})", [&] { kit::Partition(nullptr, {0, 1}); });
+  });
+  JUDGE expect_kit_error_with_message(got, "Partition(nullptr, {0, 1})",
+                                      "a Partition of a null data pointer (item i would read through it)");
+}
+
 TEST(PartitionDataset, EachRankGetsItsShareInBatchesOfBatchSizeOverWorldSize) {
   for (const Case& c : cases()) {
     SCOPED_TRACE(c.name());
@@ -302,6 +332,20 @@ TEST(PartitionDataset, RejectsABatchThatDoesNotSplitEvenly) {
   expect_kit_error(got, "batch 10 on 4", "10 is not a multiple of 4");
   expect_kit_error(got, "batch 0", "batch size 0");
   expect_kit_error(got, "rank 2 of 2", "rank 2 of 2");
+}
+
+TEST(PartitionDataset, RejectsAWorldOfZeroAndARankOutsideTheWorld) {
+  const judge::Record got = judge::subject([&](judge::Record& out) {
+    out.outcome("world size 0", [&] { kit::partition_dataset(0, 0, fake(64), 8, kit::collate); });
+    out.outcome("rank -1 of 2", [&] { kit::partition_dataset(-1, 2, fake(64), 8, kit::collate); });
+    out.outcome("rank 2 of 2", [&] { kit::partition_dataset(2, 2, fake(64), 8, kit::collate); });
+    out.outcome("rank 5 of 4", [&] { kit::partition_dataset(5, 4, fake(64), 8, kit::collate); });
+  });
+  if (!judge::judging()) return;
+  expect_kit_error_with_message(got, "world size 0", "partition_dataset with world_size 0 (check it before dividing by it)");
+  expect_kit_error_with_message(got, "rank -1 of 2", "partition_dataset with rank -1");
+  expect_kit_error_with_message(got, "rank 2 of 2", "partition_dataset with rank 2 of world size 2");
+  expect_kit_error_with_message(got, "rank 5 of 4", "partition_dataset with rank 5 of world size 4");
 }
 
 }  // namespace
