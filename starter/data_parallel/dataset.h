@@ -12,7 +12,7 @@
 namespace kit {
 
 // A view of `data` through a list of positions: item i is data[index[i]].
-// (The examples themselves are not copied.)
+// (The examples themselves are not copied.) kit::Error when data is null.
 class Partition : public ExampleSource {
  public:
   Partition(std::shared_ptr<const ExampleSource> data, std::vector<int64_t> index);
@@ -49,8 +49,8 @@ class DataPartitioner {
 // equal sizes 1/world_size (default seed), served in batches of batch_size / world_size
 // (batch_size is the global batch). Equal sizes give every rank the same number of
 // batches, so no rank waits forever for a gradient another rank never sends.
-// kit::Error when batch_size is not a positive multiple of world_size, or rank is not in
-// 0..world_size-1.
+// kit::Error when world_size is less than 1, batch_size is not a positive multiple of
+// world_size, or rank is not in 0..world_size-1.
 DataLoader partition_dataset(int rank, int world_size, std::shared_ptr<const ExampleSource> dataset,
                              int64_t batch_size, Collate collate_fn = collate);
 
