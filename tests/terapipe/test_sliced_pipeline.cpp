@@ -14,8 +14,11 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <algorithm>
+#include <array>
 #include <map>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "float64_model.h"
@@ -125,16 +128,21 @@ void expect_equal_to_whole(const std::vector<int64_t>& lengths, int64_t m = 1, i
   expect_same_grads(want, got, "m = " + std::to_string(m) + ", slices " + tp::to_string(lengths));
 }
 
-// GPipe's order with slices, written out here (not the student's sliced_schedule): every unit
-// forward through the rank's stages in order, then each micro-batch's units backwards, last
-// slice and last stage first.
+// GPipe's order with slices, written out here (not the student's sliced_schedule) as a sort:
+// every forward before every backward; forwards by unit, then stage; backwards by micro-batch,
+// then the later slice first, then the later stage first.
 pp::RankSchedule gpipe_slice_order(int64_t m, int64_t n, int64_t chunks) {
+  std::vector<std::array<int64_t, 3>> keys;  // {op, unit, chunk}
+  for (int64_t op = 0; op < 2; ++op)
+    for (int64_t u = 0; u < m * n; ++u)
+      for (int64_t c = 0; c < chunks; ++c) keys.push_back({op, u, c});
+  const auto rank = [n](const std::array<int64_t, 3>& k) {
+    return k[0] == 0 ? std::make_tuple(int64_t{0}, k[1], int64_t{0}, k[2])
+                     : std::make_tuple(int64_t{1}, k[1] / n, -(k[1] % n), -k[2]);
+  };
+  std::sort(keys.begin(), keys.end(), [&](const auto& a, const auto& b) { return rank(a) < rank(b); });
   pp::RankSchedule out;
-  for (int64_t u = 0; u < m * n; ++u)
-    for (int64_t c = 0; c < chunks; ++c) out.push_back(pp::F(u, c));
-  for (int64_t i = 0; i < m; ++i)
-    for (int64_t s = n - 1; s >= 0; --s)
-      for (int64_t c = chunks - 1; c >= 0; --c) out.push_back(pp::B(i * n + s, c));
+  for (const auto& k : keys) out.push_back(k[0] == 0 ? pp::F(k[1], k[2]) : pp::B(k[1], k[2]));
   return out;
 }
 
