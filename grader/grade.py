@@ -36,7 +36,7 @@ import zipfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from sandbox import Sandbox  # noqa: E402
+from sandbox import OUTPUT_KEEP, Sandbox  # noqa: E402
 import perf_gates  # noqa: E402
 import symbols  # noqa: E402
 
@@ -398,30 +398,172 @@ def subject_status(r, timeout) -> str:
 
 
 def judged_case(sandbox, program, gtest_name, scratch: Path, left, timeout, skip_ok):
-    """One case as subject + judge (tests/judge/judge.h). The subject, the suite's test program
-    with the student's code, runs the case and writes what the code produced to a pipe; it gets
-    no verdict channel and nothing it says or returns counts. Once every process it left is
-    gone, its records go into a file of the grader's, and the judge, the same tests linked with
-    no student object, reads them, computes the expected values and answers on the verdict
-    channel. The subject's being stopped at the time limit fails the case whatever it wrote."""
+    """One case as subject + judge (tests/judge/judge.h), each in a process of its own. The
+    subject, the suite's test program with the student's code, runs the case and writes what
+    the code produced to a pipe; it gets no verdict channel and nothing it says or returns
+    counts. Once every process it left is gone, the judge (the same tests linked with no student
+    object) reads its records, computes the expected values and answers on the verdict channel.
+    The grader runs cases in batches (run_tests); this is the way a case runs on its own."""
     subject = sandbox.run([program["program"], f"--gtest_filter={gtest_name}"], scratch, left(),
                           channel=False, subject=True)
     status = subject_status(subject, timeout)
+    return judge_one(sandbox, program, gtest_name, scratch, left, timeout, skip_ok,
+                     {"records": subject["subject_records"], "status": status,
+                      "stopped": subject["timed_out"], "output": subject["output"]})
+
+
+def judge_one(sandbox, program, gtest_name, scratch: Path, left, timeout, skip_ok, subject):
+    """The judge's run of one case on its subject's records (a dict: records, status, stopped,
+    output); the subject's being stopped at the time limit fails the case whatever it wrote."""
     fd, path = tempfile.mkstemp(prefix="records-", dir=scratch)
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(subject["subject_records"])
+            f.write(subject["records"])
         os.chmod(path, 0o644)  # the judge runs as a sandbox user: it reads, nobody else writes
         judge = sandbox.run([program["judge"], f"--gtest_filter={gtest_name}"], scratch, left(),
-                            env={"KIT_JUDGE_RECORDS": path, "KIT_JUDGE_SUBJECT_STATUS": status})
+                            env={"KIT_JUDGE_RECORDS": path, "KIT_JUDGE_SUBJECT_STATUS": subject["status"]})
     finally:
         os.unlink(path)
     verdict, out = case_verdict(judge, gtest_name, skip_ok, timeout)
-    out = out.rstrip() + "\n---- the code under test (the subject process, which " + status + \
+    return with_subject(verdict, out, subject, timeout)
+
+
+def with_subject(verdict, judge_output, subject, timeout):
+    """A case's verdict and message: the judge's output, then the subject's."""
+    out = judge_output.rstrip() + "\n---- the code under test (the subject process, which " + subject["status"] + \
         "): its output ----\n" + subject["output"]
-    if subject["timed_out"]:
+    if subject["stopped"]:
         return "fail", f"timeout: the case was stopped after {timeout} s (other cases are not affected)\n" + out
     return verdict, out
+
+
+# ---------------------------------------------------------------- cases in batches
+# A LibTorch test program takes about 0.6 s to start, longer than most cases run, so judged
+# cases run in batches (tests/judge/batch.h): one subject process per batch forks a child per
+# case (a fresh process for the case in all that matters: loaded, not yet run), then, once every
+# subject process is gone, one judge process per batch judges them all. What a batch did not
+# finish (it crashed, was stopped, wrote something else) runs again on its own.
+BATCH_CASES = 24  # at most, per batch: smaller batches spread over the jobs
+BATCH_OUTPUT_KEEP = 16 * 1024 ** 2  # bytes of a batch's output kept (each case's part: OUTPUT_KEEP)
+
+
+def case_batches(names_by_suite: dict, jobs: int):
+    """[(suite, [gtest names])]: each suite's cases dealt round-robin into batches of at most
+    BATCH_CASES, at least `jobs` batches per suite when it has that many cases (none when
+    BATCH_CASES is 0: every case on its own)."""
+    out = []
+    if BATCH_CASES <= 0:
+        return out
+    for suite, names in sorted(names_by_suite.items()):
+        n = min(len(names), max(jobs, -(-len(names) // BATCH_CASES)))
+        out += [(suite, names[k::n]) for k in range(n) if names[k::n]]
+    return out
+
+
+def parse_case_frames(data: bytes, names) -> dict:
+    """{gtest name: (status words, stopped, records)} from a subject batch's stream of case
+    frames (tests/judge/batch.h), for the names asked for; reading stops at the first thing that
+    is not a whole frame (the cases after it run again on their own)."""
+    out, at, wanted = {}, 0, set(names)
+    while len(data) - at >= 11 and data[at:at + 3] == b"CAS":
+        n = int.from_bytes(data[at + 3:at + 11], "little")
+        if n > len(data) - at - 11:
+            break
+        body, at = data[at + 11:at + 11 + n], at + 11 + n
+        fields, k = [], 0
+        while len(fields) < 4 and len(body) - k >= 8:
+            m = int.from_bytes(body[k:k + 8], "little")
+            if m > len(body) - k - 8:
+                break
+            fields.append(body[k + 8:k + 8 + m])
+            k += 8 + m
+        if len(fields) != 4 or k != len(body) or fields[2] not in (b"0", b"1"):
+            break
+        name = fields[0].decode(errors="replace")
+        if name in wanted:
+            out[name] = (fields[1].decode(errors="replace")[:200], fields[2] == b"1", fields[3])
+    return out
+
+
+def split_output(text: str, marker: str, names) -> dict:
+    """{name: its part of a batch's output}: from the line `marker + name` to the next marker line
+    (the end of each part kept, OUTPUT_KEEP bytes)."""
+    parts, current = {}, None
+    for line in text.splitlines(keepends=True):
+        if line.startswith(marker) and line[len(marker):].strip() in names:
+            current = line[len(marker):].strip()
+            parts[current] = []
+        elif current is not None:
+            parts[current].append(line)
+    out = {}
+    for name, lines in parts.items():
+        t = "".join(lines)
+        out[name] = t if len(t) <= OUTPUT_KEEP else "[... output left out]\n" + t[-OUTPUT_KEEP:]
+    return out
+
+
+def subject_batch(sandbox, program, names, scratch: Path, left, timeout) -> dict:
+    """{gtest name: subject dict (judge_one's)} for the cases of one subject batch that it finished."""
+    fd, path = tempfile.mkstemp(prefix="cases-", dir=scratch)
+    with os.fdopen(fd, "w") as f:
+        f.write("".join(n + "\n" for n in names))
+    os.chmod(path, 0o644)
+    try:
+        r = sandbox.run([program["program"]], scratch, min(left(), (timeout + 2) * len(names)), channel=False,
+                        subject=True, keep=BATCH_OUTPUT_KEEP,
+                        env={"KIT_SUBJECT_CASES": path, "KIT_SUBJECT_CASE_TIMEOUT": str(timeout)})
+    finally:
+        os.unlink(path)
+    frames = parse_case_frames(r["subject_records"], names)
+    outputs = split_output(r["output"], "==== KIT-SUBJECT-CASE ", set(names))
+    return {n: {"status": status, "stopped": stopped, "records": records,
+                "output": outputs.get(n, "(its output is not available: see the batch's)")}
+            for n, (status, stopped, records) in frames.items()}
+
+
+def judge_batch(sandbox, program, subjects: dict, scratch: Path, left, timeout, skip_ok) -> dict:
+    """{gtest name: (verdict, output)} for the cases of one judge batch that it judged; the
+    judge process reads each case's records from a directory of the grader's."""
+    names = sorted(subjects)
+    records = Path(tempfile.mkdtemp(prefix="records-", dir=scratch))
+    try:
+        for n, s in subjects.items():
+            stem = records / "".join(f"{b:02x}" for b in n.encode())
+            stem.with_suffix(".records").write_bytes(s["records"])
+            stem.with_suffix(".status").write_text(s["status"])
+        for f in records.iterdir():
+            os.chmod(f, 0o644)  # the judge runs as a sandbox user: it reads, nobody else writes
+        os.chmod(records, 0o755)
+        r = sandbox.run([program["judge"], "--gtest_filter=" + ":".join(names)], scratch,
+                        min(left(), timeout * len(names)), keep=BATCH_OUTPUT_KEEP, env={"KIT_JUDGE_RECORDS": str(records)})
+    finally:
+        shutil.rmtree(records, ignore_errors=True)
+    outputs = split_output(r["output"], "[ RUN      ] ", set(names))
+    return {n: with_subject(*v, subjects[n], timeout)
+            for n, v in batch_verdicts(r, names, skip_ok, outputs).items()}
+
+
+def batch_verdicts(r, names, skip_ok, outputs) -> dict:
+    """{gtest name: (verdict, output)} for the cases a judge batch's verdict channel settles: a
+    case's own signed verdict line, exactly one (a failure line for it makes it fail). A channel
+    that carried anything the kit never writes, or a batch stopped at its time limit, settles
+    nothing: those cases are judged again on their own."""
+    records = r["records"]
+    if r["timed_out"] or any(kind in ("TAKEN", "FOREIGN") for kind, _ in records):
+        return {}
+    out = {}
+    for n in names:
+        mine = [kind for kind, rest in records if kind in ("PASS", "FAIL", "SKIP") and rest == n]
+        if len(mine) != 1:
+            continue
+        text = outputs.get(n, "")
+        if mine[0] == "FAIL" or any(kind == "FAILURE" and rest == n for kind, rest in records):
+            out[n] = ("fail", text)
+        elif mine[0] == "SKIP" and not skip_ok(n):
+            out[n] = ("fail", "the case was skipped, and this case may not be skipped\n" + text)
+        else:
+            out[n] = (mine[0].lower(), text)
+    return out
 
 
 def wanted_cases(cases, items, rubric):
@@ -433,25 +575,67 @@ def wanted_cases(cases, items, rubric):
 
 
 def run_tests(sandbox, programs, cases, jobs: int, budget: int, test_timeout, may_skip, scratch: Path, log):
-    """{graded name: (status, output)}: every case in its own sandboxed process, `jobs` at a time."""
+    """{graded name: (status, output)}: every case in sandboxed processes, `jobs` at a time; a
+    suite's judged cases in batches (subjects first, then judges), the others and whatever a
+    batch did not finish each in processes of its own."""
     t0, results = time.time(), {}
+    timeout_of = lambda suite: test_timeout or programs[suite]["timeout"]
+    left_of = lambda timeout: lambda: min(timeout, max(1, budget - (time.time() - t0)))
+    skip_ok = lambda name: any(fnmatch.fnmatchcase(name, p) for p in may_skip)
+    graded = {(suite, g): name for name, (suite, g) in cases.items()}
 
     def one(name):
         suite, gtest_name = cases[name]
-        timeout = test_timeout or programs[suite]["timeout"]
+        timeout = timeout_of(suite)
         if time.time() - t0 + 1 > budget:
             return name, ("fail", f"not run: the grading time budget of {budget} s ran out")
-        skip_ok = any(fnmatch.fnmatchcase(name, p) for p in may_skip)
-        left = lambda: min(timeout, max(1, budget - (time.time() - t0)))
         if "judge" in programs[suite]:
-            return name, judged_case(sandbox, programs[suite], gtest_name, scratch, left, timeout, skip_ok)
-        r = sandbox.run([programs[suite]["program"], f"--gtest_filter={gtest_name}"], scratch, left())
-        return name, case_verdict(r, gtest_name, skip_ok, timeout)
+            return name, judged_case(sandbox, programs[suite], gtest_name, scratch, left_of(timeout), timeout,
+                                     skip_ok(name))
+        r = sandbox.run([programs[suite]["program"], f"--gtest_filter={gtest_name}"], scratch, left_of(timeout)())
+        return name, case_verdict(r, gtest_name, skip_ok(name), timeout)
+
+    by_suite = {}
+    for name, (suite, g) in sorted(cases.items()):
+        if "judge" in programs[suite]:
+            by_suite.setdefault(suite, []).append(g)
+    batches = case_batches(by_suite, jobs)
+    subjects = {}
+
+    def subjects_of(batch):
+        suite, names = batch
+        if time.time() - t0 + 1 > budget:
+            return suite, {}
+        timeout = timeout_of(suite)
+        return suite, subject_batch(sandbox, programs[suite], names, scratch, left_of((timeout + 2) * len(names)),
+                                    timeout)
+
+    def judged(batch):
+        suite, names = batch
+        mine = {n: subjects[suite, n] for n in names if (suite, n) in subjects}
+        if not mine or time.time() - t0 + 1 > budget:
+            return suite, {}
+        timeout = timeout_of(suite)
+        return suite, judge_batch(sandbox, programs[suite], mine, scratch, left_of(timeout * len(mine)), timeout,
+                                  lambda n: skip_ok(graded[suite, n]))
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        for name, verdict in pool.map(one, sorted(cases)):
+        for suite, done in pool.map(subjects_of, batches):
+            subjects.update({(suite, n): s for n, s in done.items()})
+        for suite, done in pool.map(judged, batches):
+            results.update({graded[suite, n]: v for n, v in done.items()})
+        in_batches = len(results)
+        # Judged again on their own, on the records their subject batch left.
+        again = [(suite, n) for (suite, n) in subjects if graded[suite, n] not in results]
+        for (suite, n), v in zip(again, pool.map(
+                lambda k: judge_one(sandbox, programs[k[0]], k[1], scratch, left_of(timeout_of(k[0])),
+                                    timeout_of(k[0]), skip_ok(graded[k]), subjects[k]), again)):
+            results[graded[suite, n]] = v
+        rest = sorted(n for n in cases if n not in results)
+        for name, verdict in pool.map(one, rest):
             results[name] = verdict
-    log.append(f"ran {len(cases)} cases in {time.time() - t0:.0f} s")
+    log.append(f"ran {len(cases)} cases in {time.time() - t0:.0f} s ({in_batches} in batches, "
+               f"{len(again)} judged again on their own, {len(rest)} on their own)")
     return results
 
 

@@ -42,7 +42,7 @@ VERDICT_MAX = 1024 * 1024  # bytes read from the verdict pipe
 RECORDS_MAX = 256 * 1024 ** 2  # bytes read of a subject's records (tests/judge/judge.h: kMaxStreamBytes)
 # Variables of the grader's own environment that a case never inherits: the channel, and the
 # subject/judge plumbing (tests/judge/judge.h), which run() sets itself where it means to.
-PRIVATE_ENV = ("KIT_GRADER", "KIT_SUBJECT_RECORDS", "KIT_JUDGE_", "KIT_RANK_RECORDS")
+PRIVATE_ENV = ("KIT_GRADER", "KIT_SUBJECT_", "KIT_JUDGE_", "KIT_RANK_RECORDS")
 PR_SET_CHILD_SUBREAPER = 36
 
 

@@ -33,6 +33,7 @@
 //   - print lines, end the process, forge lines without the token: they count for nothing,
 //     and any line the kit never writes makes the case fail.
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 #if defined(__linux__)
@@ -45,6 +46,7 @@
 #include <fstream>
 #include <string>
 
+#include "judge/batch.h"
 #include "judge/judge.h"
 
 namespace {
@@ -132,9 +134,15 @@ VerdictChannel* open_channel() {
   return new VerdictChannel();
 }
 
-// Every case starts reading its subject's records from the first.
+// The judge of many cases (judge/batch.h): the directory of their records; empty otherwise.
+std::string batch_records;
+
+// Every case starts reading its subject's records from the first (in a batch judge, its own).
 class CaseStart : public ::testing::EmptyTestEventListener {
-  void OnTestStart(const ::testing::TestInfo&) override { kit::judge::start_case(); }
+  void OnTestStart(const ::testing::TestInfo& info) override {
+    if (!batch_records.empty()) kit::judge::judge_case_from(batch_records, name_of(info));
+    kit::judge::start_case();
+  }
 };
 
 // The variable's value, removed from the environment (so that nothing the program starts sees it).
@@ -147,7 +155,10 @@ std::string take_env(const char* name) {
 
 #if defined(KIT_JUDGE_MAIN)
 // The judge: the subject's records from the file the grader wrote (KIT_JUDGE_RECORDS), at most
-// kMaxStreamBytes of it, and how the subject ended (KIT_JUDGE_SUBJECT_STATUS, for messages).
+// kMaxStreamBytes of it, and how the subject ended (KIT_JUDGE_SUBJECT_STATUS, for messages);
+// when KIT_JUDGE_RECORDS is a directory, each case's from its own files (judge/batch.h).
+bool subject_batch() { return false; }
+int run_subject_batch() { return 2; }
 void set_role() {
   const std::string path = take_env("KIT_JUDGE_RECORDS"), status = take_env("KIT_JUDGE_SUBJECT_STATUS");
   if (path.empty()) {
@@ -155,6 +166,11 @@ void set_role() {
                  "this is a judge program: it judges the records a subject run of the suite's test program wrote.\n"
                  "Run the suite's test program (test_<suite>) instead; the grader runs both: grader/README.md.\n");
     std::exit(2);
+  }
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+    batch_records = path;  // each case's records are read when it starts
+    return;
   }
   std::ifstream in(path, std::ios::binary);
   std::string stream;
@@ -170,10 +186,31 @@ void set_role() {
 }
 #else
 // The grader's subject (KIT_SUBJECT_RECORDS=<fd>: records go there), a rank a subject part
-// started (KIT_RANK_RECORDS=<file>), or a plain run: both roles in this one process.
+// started (KIT_RANK_RECORDS=<file>), or a plain run: both roles in this one process. With
+// KIT_SUBJECT_CASES=<file> too, the subject of many cases, a forked child each (judge/batch.h),
+// each stopped after KIT_SUBJECT_CASE_TIMEOUT seconds.
+std::string batch_cases, batch_timeout;
+int batch_fd = -1;
+bool subject_batch() { return batch_fd >= 0; }
+int run_subject_batch() {
+  const double timeout = batch_timeout.empty() ? 600 : std::atof(batch_timeout.c_str());
+  return kit::judge::run_subject_cases(batch_cases, batch_fd, timeout, [](const std::string& name) {
+#if defined(GTEST_FLAG_SET)
+    GTEST_FLAG_SET(filter, name);
+#else
+    ::testing::GTEST_FLAG(filter) = name;
+#endif
+    return RUN_ALL_TESTS();
+  });
+}
 void set_role() {
   const std::string fd = take_env("KIT_SUBJECT_RECORDS"), rank = take_env("KIT_RANK_RECORDS");
-  if (!fd.empty()) {
+  batch_cases = take_env("KIT_SUBJECT_CASES");
+  batch_timeout = take_env("KIT_SUBJECT_CASE_TIMEOUT");
+  if (!fd.empty() && !batch_cases.empty()) {
+    batch_fd = std::atoi(fd.c_str());
+    ::fcntl(batch_fd, F_SETFD, FD_CLOEXEC);
+  } else if (!fd.empty()) {
     const int n = std::atoi(fd.c_str());
     ::fcntl(n, F_SETFD, FD_CLOEXEC);
     kit::judge::become_subject(n);
@@ -189,6 +226,7 @@ int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
   set_role();
   ::testing::UnitTest::GetInstance()->listeners().Append(new CaseStart());  // gtest owns it
+  if (subject_batch()) return run_subject_batch();  // no verdict channel: a subject decides nothing
   VerdictChannel* channel = open_channel();
   if (channel) ::testing::UnitTest::GetInstance()->listeners().Append(channel);  // gtest owns it
   const int rc = RUN_ALL_TESTS();

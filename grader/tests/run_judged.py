@@ -12,7 +12,6 @@ expected value with a student function (the judge has only stubs) or depends on 
 subject did not record. Exit status 1 when any case failed.
 """
 import argparse
-import concurrent.futures
 import fnmatch
 import sys
 import tempfile
@@ -31,6 +30,8 @@ def main(argv=None) -> int:
     ap.add_argument("--filter", default="*", help="fnmatch pattern over gtest names (Suite.Case)")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--timeout", type=int, default=0, help="per case (0: the suite's)")
+    ap.add_argument("--one-by-one", action="store_true",
+                    help="each case in processes of its own, no batches (as the grader falls back to)")
     ap.add_argument("-v", "--verbose", action="store_true", help="print every failed case's output in full")
     args = ap.parse_args(argv)
     programs = grade.suite_programs(args.build.resolve(), [args.suite])
@@ -44,21 +45,20 @@ def main(argv=None) -> int:
         scratch = Path(scratch)
         log = []
         cases = grade.list_cases(sandbox, programs, scratch, log)
-        names = sorted(g for (_, g) in cases.values() if fnmatch.fnmatchcase(g, args.filter)
-                       and not g.startswith("RankRole."))
-        timeout = args.timeout or info["timeout"]
-
-        def one(name):
-            return name, grade.judged_case(sandbox, info, name, scratch, lambda: timeout, timeout, False)
-
-        with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
-            for name, (verdict, out) in pool.map(one, names):
-                print(f"{verdict.upper():5} {name}", flush=True)
-                if verdict != "pass":
-                    failed += 1
-                    print("    " + (out if args.verbose else grade.failure_message(out, 1200)).replace("\n", "\n    "))
+        wanted = {n: c for n, c in cases.items() if fnmatch.fnmatchcase(c[1], args.filter)
+                  and not c[1].startswith("RankRole.")}
+        if args.one_by_one:
+            grade.BATCH_CASES = 0
+        results = grade.run_tests(sandbox, programs, wanted, args.jobs, 24 * 3600, args.timeout, [], scratch, log)
+        print(log[-1])
+        for name in sorted(results):
+            verdict, out = results[name]
+            print(f"{verdict.upper():5} {wanted[name][1]}", flush=True)
+            if verdict != "pass":
+                failed += 1
+                print("    " + (out if args.verbose else grade.failure_message(out, 1200)).replace("\n", "\n    "))
         sandbox.sweep()
-    print(f"{len(names) - failed} passed, {failed} failed")
+    print(f"{len(results) - failed} passed, {failed} failed")
     return 1 if failed else 0
 
 

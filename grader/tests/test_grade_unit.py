@@ -567,6 +567,72 @@ class Verdicts(unittest.TestCase):
         self.assertEqual(grade.case_verdict(rec, "A.b", False, 9)[0], "fail")
 
 
+def case_frame(name, status="exited with status 0", stopped=b"0", records=b""):
+    """A subject batch's case frame (tests/judge/batch.h)."""
+    body = b"".join(len(f).to_bytes(8, "little") + f for f in (name.encode(), status.encode(), stopped, records))
+    return b"CAS" + len(body).to_bytes(8, "little") + body
+
+
+class Batches(unittest.TestCase):
+    """Cases in batches (tests/judge/batch.h): what the grader reads of a batch's frames,
+    output and verdict lines, and that whatever it cannot read runs again on its own."""
+
+    def test_frames_give_each_case_its_records_and_how_it_ended(self):
+        data = case_frame("A.b", records=b"KIT-RECORDS 1\n") + case_frame("A.c", "was stopped after 3 s", b"1")
+        got = grade.parse_case_frames(data, ["A.b", "A.c"])
+        self.assertEqual(got["A.b"], ("exited with status 0", False, b"KIT-RECORDS 1\n"))
+        self.assertEqual(got["A.c"], ("was stopped after 3 s", True, b""))
+
+    def test_reading_stops_at_the_first_thing_that_is_not_a_whole_frame(self):
+        whole = case_frame("A.b")
+        for tail in (case_frame("A.c")[:-1], b"garbage" + case_frame("A.c"), case_frame("A.c", stopped=b"2")):
+            self.assertEqual(sorted(grade.parse_case_frames(whole + tail, ["A.b", "A.c"])), ["A.b"], tail)
+        # a field longer than its frame, and a frame with a fifth field
+        body = (99).to_bytes(8, "little") + b"A.c"
+        bad = b"CAS" + len(body).to_bytes(8, "little") + body
+        self.assertEqual(sorted(grade.parse_case_frames(whole + bad, ["A.b", "A.c"])), ["A.b"])
+        extra = case_frame("A.c")[11:] + (0).to_bytes(8, "little")
+        self.assertEqual(sorted(grade.parse_case_frames(whole + b"CAS" + len(extra).to_bytes(8, "little") + extra,
+                                                        ["A.b", "A.c"])), ["A.b"])
+
+    def test_a_frame_for_a_case_not_in_the_batch_is_ignored(self):
+        self.assertEqual(grade.parse_case_frames(case_frame("X.y"), ["A.b"]), {})
+
+    def test_batches_cover_every_case_once_spread_over_the_jobs(self):
+        names = [f"S.c{k}" for k in range(50)]
+        batches = grade.case_batches({"s": names, "t": ["T.a"]}, 2)
+        self.assertEqual(sorted(n for _, b in batches for n in b), sorted(names + ["T.a"]))
+        self.assertTrue(all(len(b) <= grade.BATCH_CASES for _, b in batches))
+        self.assertEqual(len([b for s, b in batches if s == "s"]), 3)
+        self.assertEqual(len(grade.case_batches({"s": names[:3]}, 2)), 2)
+
+    def test_output_is_split_at_each_cases_marker(self):
+        text = "banner\n[ RUN      ] A.b\none\n[ RUN      ] A.c\ntwo\n"
+        self.assertEqual(grade.split_output(text, "[ RUN      ] ", {"A.b", "A.c"}), {"A.b": "one\n", "A.c": "two\n"})
+
+    def r(self, records, timed_out=False):
+        return {"records": records, "output": "", "exit": 0, "timed_out": timed_out}
+
+    def test_each_case_needs_its_own_verdict_line(self):
+        recs = [("PASS", "A.b"), ("FAILURE", "A.c"), ("PASS", "A.c"), ("FAIL", "A.d"), ("PASS", "A.e"),
+                ("PASS", "A.e"), ("SKIP", "A.g"), ("SKIP", "A.h"), ("END", "7")]
+        got = grade.batch_verdicts(self.r(recs), ["A.b", "A.c", "A.d", "A.e", "A.f", "A.g", "A.h"],
+                                   lambda n: n == "A.g", {})
+        self.assertEqual({n: v for n, (v, _) in got.items()},
+                         {"A.b": "pass", "A.c": "fail", "A.d": "fail", "A.g": "skip", "A.h": "fail"})
+        # A.e (two lines) and A.f (none) are left to be judged again on their own
+
+    def test_a_foreign_line_or_a_stopped_judge_settles_nothing(self):
+        self.assertEqual(grade.batch_verdicts(self.r([("PASS", "A.b"), ("FOREIGN", "x")]), ["A.b"], bool, {}), {})
+        self.assertEqual(grade.batch_verdicts(self.r([("PASS", "A.b"), ("TAKEN", "")]), ["A.b"], bool, {}), {})
+        self.assertEqual(grade.batch_verdicts(self.r([("PASS", "A.b")], timed_out=True), ["A.b"], bool, {}), {})
+
+    def test_a_stopped_subject_fails_its_case_whatever_the_judge_said(self):
+        v = grade.with_subject("pass", "", {"status": "was stopped after 3 s", "stopped": True, "output": ""}, 3)
+        self.assertEqual(v[0], "fail")
+        self.assertIn("timeout", v[1])
+
+
 # The kit's main() in a few lines of Python: the token copied with tee(2), never read. (The
 # system's interpreter: the sandbox users may not reach one in root's home.)
 PY = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable

@@ -18,9 +18,6 @@ namespace {
 // ---- encoding ----
 
 void put_u8(std::string& out, uint8_t x) { out.push_back(static_cast<char>(x)); }
-void put_u64(std::string& out, uint64_t x) {
-  for (int k = 0; k < 8; ++k) out.push_back(static_cast<char>((x >> (8 * k)) & 0xff));
-}
 void put_bytes(std::string& out, const std::string& s) {
   put_u64(out, s.size());
   out += s;
@@ -207,6 +204,13 @@ State& state() {
   return s;
 }
 
+
+}  // namespace
+
+void put_u64(std::string& out, uint64_t x) {
+  for (int k = 0; k < 8; ++k) out.push_back(static_cast<char>((x >> (8 * k)) & 0xff));
+}
+
 void write_all(int fd, const std::string& data) {
   size_t done = 0;
   while (done < data.size()) {
@@ -216,8 +220,6 @@ void write_all(int fd, const std::string& data) {
     done += static_cast<size_t>(n);
   }
 }
-
-}  // namespace
 
 const Value* Value::find(const std::string& key) const {
   for (const auto& [k, v] : map)
@@ -388,6 +390,7 @@ bool become_judge(const std::string& stream, const std::string& subject_status, 
   State& s = state();
   s.role = Role::kJudge;
   s.subject_status = subject_status;
+  s.stream_problem.clear();
   std::string note;
   if (!parse_stream(stream, &s.records, why, &note)) {
     s.records.clear();

@@ -362,6 +362,10 @@ std::string stream_header();
 std::string frame(const Record& r);
 // Every complete frame of a stream; a truncated last frame is left out and said in *note.
 bool parse_stream(const std::string& stream, std::vector<Record>* out, std::string* why, std::string* note);
+// Plumbing shared with judge/batch.cpp: a little-endian u64 appended to out, and all of data
+// written to fd (retrying short writes; stops quietly when the reader is gone).
+void put_u64(std::string& out, uint64_t x);
+void write_all(int fd, const std::string& data);
 
 // The most bytes a judge reads of a subject's records (the grader bounds the pipe the same way).
 constexpr size_t kMaxStreamBytes = size_t{256} << 20;
