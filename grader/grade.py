@@ -841,6 +841,29 @@ def static_item(found, rubric, number):
         ({f for f, *_ in findings} if action == "zero" else set())
 
 
+def prebuilt_copies(prebuilt: str, kit_copy: Path, files) -> dict:
+    """{student file: its object in the prebuilt build} for each file of kit_copy/starter that is
+    byte for byte that build's starter stub or (a KIT_SOLUTION build) its solution: CMake's
+    KIT_PREBUILT_STUBS links those objects instead of compiling the same source again (the
+    self-tests grade the solution, and files left as stubs, in no compile time)."""
+    cache = (Path(prebuilt) / "CMakeCache.txt").read_text(errors="replace")
+    home = re.search(r"^CMAKE_HOME_DIRECTORY:INTERNAL=(.*)$", cache, re.M)
+    solution = re.search(r"^KIT_SOLUTION:BOOL=(ON|TRUE|1)$", cache, re.M | re.I)
+    out = {}
+    for f in files:
+        mine = (kit_copy / "starter" / f).read_bytes()
+        for side, dirs in symbols.OBJECT_DIRS.items():
+            src = Path(home.group(1)) / side / f if home else None
+            if (side == "solution" and not solution) or not src or not src.is_file() or src.read_bytes() != mine:
+                continue
+            objs = [Path(prebuilt) / "CMakeFiles" / d / (f + ".o") for d in dirs]
+            objs = [o for o in objs if o.is_file()]
+            if objs:
+                out[f] = objs[0]
+                break
+    return out
+
+
 def student_object(build_dir: Path, f: str):
     """The object file the build compiled from student file f (libkit_student's or the planner's), or None."""
     for target in ("kit_student", "kit_planner"):
@@ -867,9 +890,10 @@ def given_objects(build_dir: Path, student_files, prebuilt=""):
     return out
 
 
-def symbol_item(found, rubric, build_dir: Path, skip, number, action=None, prebuilt=""):
+def symbol_item(found, rubric, build_dir: Path, skip, number, action=None, prebuilt="", linked=None):
     """The 0-point item that shows what the symbol check (grader/symbols.py) found in the
-    compiled student files, and the files it flagged (when its action is "zero", the default)."""
+    compiled student files, and the files it flagged (when its action is "zero", the default).
+    linked: {file: object} for files linked from the prebuilt build (prebuilt_copies)."""
     action = action or rubric.get("static_checks", {}).get("symbols", {}).get("action", "zero")
     lines, flagged, t0 = [], set(), time.time()
     given = symbols.GivenCode.cached(given_objects(build_dir, all_student_files(), prebuilt),
@@ -877,7 +901,7 @@ def symbol_item(found, rubric, build_dir: Path, skip, number, action=None, prebu
     for f in sorted(found):
         if f in skip:
             continue  # did not compile: its items score 0 already
-        obj = student_object(build_dir, f)
+        obj = (linked or {}).get(f) or student_object(build_dir, f)
         if obj is None:
             lines.append(f"{f}: not checked (the build made no object of it)")
             continue
@@ -1094,9 +1118,16 @@ def grade_in(submission, work, jobs, items_filter, kit, test_timeout, rubric, lo
         put(kit_copy / "starter" / f, read_nofollow(found[f]) if f in found else stubs[f])
 
     items = [it for it in rubric["items"] if not items_filter or any(k in it["name"] for k in items_filter)]
-    compile_failed = {}
-    rc, out = build(kit_copy, build_dir, jobs, rubric["timeouts"]["build_seconds"], log, graded_suites(rubric),
-                    how)
+    compile_failed, linked = {}, {}
+
+    def build_now(targets=None):
+        # With prebuilt, a file that is byte for byte that build's stub or solution links its object.
+        linked.clear()
+        linked.update(prebuilt_copies(how.prebuilt, kit_copy, rubric["student_files"]) if how.prebuilt else {})
+        return build(kit_copy, build_dir, jobs, rubric["timeouts"]["build_seconds"], log, graded_suites(rubric),
+                     dataclasses.replace(how, stubs=tuple(sorted(set(how.stubs) | set(linked)))), targets)
+
+    rc, out = build_now()
     while rc != 0:  # make stops at the first broken file: repeat until no new one shows up
         new = {f: e for f, e in compile_errors_by_file(out, rubric["student_files"]).items()
                if f not in compile_failed}
@@ -1105,8 +1136,7 @@ def grade_in(submission, work, jobs, items_filter, kit, test_timeout, rubric, lo
         compile_failed.update(new)
         for f in new:  # grade the rest: put the stub back for what does not compile
             put(kit_copy / "starter" / f, stubs[f])
-        rc, out = build(kit_copy, build_dir, jobs, rubric["timeouts"]["build_seconds"], log, graded_suites(rubric),
-                    how)
+        rc, out = build_now()
     build_broken = rc != 0
     if build_broken:
         log.append("the kit did not build:\n" + out[-4000:])
@@ -1120,22 +1150,21 @@ def grade_in(submission, work, jobs, items_filter, kit, test_timeout, rubric, lo
     # Built whenever a gate is on, --build-only included (Gradescope's setup); run after the
     # cases, so that nothing else runs while they time.
     if any("performance" in it for it in rubric["items"]) and not build_broken:
-        rc, out = build(kit_copy, build_dir, jobs, rubric["timeouts"]["build_seconds"], log, graded_suites(rubric),
-                        how, targets=["perf_worker", "perf_worker_reference"])
+        rc, out = build_now(targets=["perf_worker", "perf_worker_reference"])
         gates_built = (rc == 0, out)
 
     return report(items, rubric, found, figures, results, compile_failed, build_broken, build_dir, symbol_action,
-                  how.prebuilt, lambda it: speed_gate(it, gates_built, build_dir, runs, machine, log))
+                  how.prebuilt, linked, lambda it: speed_gate(it, gates_built, build_dir, runs, machine, log))
 
 
 def report(items, rubric, found, figures, results, compile_failed, build_broken, build_dir, symbol_action,
-           prebuilt, gate):
+           prebuilt, linked, gate):
     """results.json's entries: the items scored (score_items), then the 0-point entries of the
     checks, whose findings can zero the items that use a flagged file."""
     restricted = "restrictions" in rubric  # Assignment 1's Problem 1 only
     static, zeroed = static_item(found, rubric, len(items) + 1 + restricted)
     checked, symbol_zeroed = (None, set()) if build_broken else symbol_item(
-        found, rubric, build_dir, compile_failed, len(items) + 2 + restricted, symbol_action, prebuilt)
+        found, rubric, build_dir, compile_failed, len(items) + 2 + restricted, symbol_action, prebuilt, linked)
     tests_out = score_items(items, results, figures, compile_failed, build_broken, zeroed | symbol_zeroed,
                             symbol_zeroed, gate)
     if restricted:

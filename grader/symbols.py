@@ -262,6 +262,12 @@ def findings_of(obj: Path, source: Path = None, given: GivenCode = None):
     return out
 
 
+# Where a KIT_SOLUTION build keeps its objects of the student files (under CMakeFiles/): each
+# assignment's solution, and the starter stubs (the grader's references link those).
+OBJECT_DIRS = {"solution": ["kit_student.dir/solution", "kit_planner.dir/solution"],
+               "starter": ["kit_reference.dir/starter", "kit_planner_starter_check.dir/starter"]}
+
+
 def audit(build: Path, kit: Path, verbose=False):
     """The check on a solution build (-DKIT_SOLUTION=ON, as CI builds it): every assignment's
     reference solution objects and starter stub objects. Returns (findings, report lines)."""
@@ -271,8 +277,7 @@ def audit(build: Path, kit: Path, verbose=False):
     given = GivenCode(grade.given_objects(build, files))
     findings, lines, used = [], [], {"solution": {}, "starter": {}}
     for f in files:
-        for side, dirs in (("solution", ["kit_student.dir/solution", "kit_planner.dir/solution"]),
-                           ("starter", ["kit_reference.dir/starter", "kit_planner_starter_check.dir/starter"])):
+        for side, dirs in OBJECT_DIRS.items():
             objs = [build / "CMakeFiles" / d / (f + ".o") for d in dirs]
             objs = [o for o in objs if o.is_file()]
             if not objs:

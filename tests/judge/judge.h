@@ -28,6 +28,8 @@
 // record goes through the same encoding and parsing, then the JUDGE part runs on it.
 // Code outside subject() and JUDGE runs in both processes: it must build inputs only, the same
 // in both, and never depend on what a subject part returned.
+// The grader runs many cases per subject process and per judge process (judge/batch.h): each
+// case still starts as in a fresh process, and its records reach the judge on their own.
 #pragma once
 #include <gtest/gtest.h>
 
