@@ -1021,7 +1021,7 @@ def grade_local(build_dir: Path, jobs: int, items_filter=None, kit=KIT, test_tim
         finally:
             sandbox.sweep()
     tests_out = report(items, rubric, found, figures, results, compile_failed, build_broken, build_dir,
-                       symbol_action, cache_value(build_dir, "KIT_PREBUILT"),
+                       symbol_action, cache_value(build_dir, "KIT_PREBUILT"), {},
                        lambda it: (0, "speed gates are not run by a local grade: python3 grader/perf_gates.py --help"))
     return {"score": round(sum(t["score"] for t in tests_out), 2), "execution_time": round(time.time() - t0, 1),
             "output": "\n".join(log), "tests": tests_out}

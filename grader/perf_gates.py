@@ -41,6 +41,9 @@ from sandbox import Sandbox  # noqa: E402
 # The two configurations of each gate and the speed-up they could reach at best.
 # pipe and one_f_one_b: p = 2 stages, m = MICRO micro-batches: p*m / (m + p - 1) (the bubble).
 COMMON = ["--preset", "cpu-small", "--seq-len", "128", "--steps", "3", "--warmup", "2"]
+# --smoke (CI's run of every gate): one step per measurement after one warm-up step. The
+# protocol, both configurations and the parameter checks are the same; the timings mean little.
+SMOKE = ["--preset", "cpu-small", "--seq-len", "128", "--steps", "1", "--warmup", "1"]
 MICRO = 8
 PIPELINE_IDEAL = 2 * MICRO / (MICRO + 2 - 1)
 PIPELINE_WHY = f"p*m/(m+p-1) for p = 2, m = {MICRO}"
@@ -169,14 +172,17 @@ def check_answer(answer, pair, label):
     return answer
 
 
-def verdict(ratios, diffs, bound, threshold):
-    """(passed, why) from the pairs' ratios and parameter differences."""
+def verdict(ratios, diffs, bound, threshold, judge_speed=True):
+    """(passed, why) from the pairs' ratios and parameter differences (judge_speed False, the
+    smoke run: the parameters alone)."""
     bad = [k for k, d in enumerate(diffs, 1) if not d <= TOLERANCE]
     if bad:
         return False, (f"the parameters differ from the reference's after pair {bad[0]} (difference "
                        f"{diffs[bad[0] - 1]:.2g} of an update, more than {TOLERANCE}): the timed steps did not "
                        "compute what the reference computes, so their speed earns nothing")
     median = statistics.median(ratios)
+    if not judge_speed:
+        return True, f"median speed-up {median:.2f}x, not judged (--smoke: one step per measurement); parameters match"
     if median > BELIEVABLE * bound:
         return False, (f"median speed-up {median:.2f}x is above {BELIEVABLE} x this machine's bound "
                        f"({BELIEVABLE * bound:.2f}x): faster than the machine allows, so it is not believed")
@@ -193,7 +199,7 @@ def outcome(gate, lines, passed=False, ratios=(), bound=None, threshold=None, to
 
 
 def run_gate(gate, reference_program: Path, student_program: Path, relative=None, absolute=None,
-             pairs=5, sandbox=None, scratch=None, seed=None, attempts=ATTEMPTS):
+             pairs=5, sandbox=None, scratch=None, seed=None, attempts=ATTEMPTS, common=COMMON):
     """Runs one gate. Returns {"passed", "output" (every pair, the bound, the threshold), "median", ...}.
     A gate failed only for being too slow is measured again, up to `attempts` times in all:
     another process that wakes up during a measurement slows the parallel configuration
@@ -201,7 +207,7 @@ def run_gate(gate, reference_program: Path, student_program: Path, relative=None
     results = []
     for k in range(attempts):
         r = measure_gate(gate, reference_program, student_program, relative, absolute, pairs, sandbox, scratch,
-                         None if seed is None else seed + k)
+                         None if seed is None else seed + k, common)
         results.append(r)
         if r["passed"] or not r.get("too_slow"):
             break
@@ -213,7 +219,7 @@ def run_gate(gate, reference_program: Path, student_program: Path, relative=None
 
 
 def measure_gate(gate, reference_program: Path, student_program: Path, relative=None, absolute=None,
-                 pairs=5, sandbox=None, scratch=None, seed=None):
+                 pairs=5, sandbox=None, scratch=None, seed=None, common=COMMON):
     """One measurement of a gate (see run_gate)."""
     g = GATES[gate]
     reference_program, student_program = Path(reference_program).resolve(), Path(student_program).resolve()
@@ -241,7 +247,7 @@ def measure_gate(gate, reference_program: Path, student_program: Path, relative=
         for slot, (cfg, program, args) in enumerate([("A", reference_program, g["reference"]),
                                                      ("B", student_program, g["student"])]):
             label = "reference" if cfg == "A" else "yours"
-            workers[cfg] = Worker(sandbox, slot, program, args + COMMON + ["--seed", str(seed)], scratch, label)
+            workers[cfg] = Worker(sandbox, slot, program, args + common + ["--seed", str(seed)], scratch, label)
         for w in workers.values():  # each warms up, then waits stopped for its turn
             w.hear(READY_SECONDS)
             w.freeze()
@@ -262,7 +268,7 @@ def measure_gate(gate, reference_program: Path, student_program: Path, relative=
             diffs.append(compare(got["A"], got["B"]))
             lines.append(f"{k + 1:>4}  {ORDERS[k % 2]:>5}  {t['A']:>11.3f}  {t['B']:>7.3f}  {ratios[-1]:>7.2f}x  "
                          f"{'match' if diffs[-1] <= TOLERANCE else 'DIFFER'} ({diffs[-1]:.1e})")
-        passed, why = verdict(ratios, diffs, bound, threshold)
+        passed, why = verdict(ratios, diffs, bound, threshold, judge_speed=common is not SMOKE)
         lines.append(why)
         return outcome(gate, lines, passed, ratios, bound, threshold, too_slow=why.endswith("too slow"))
     except (RuntimeError, OSError) as e:
@@ -288,6 +294,9 @@ def main(argv=None):
     ap.add_argument("--gate", choices=sorted(GATES), action="append", help="run only this gate (repeatable)")
     ap.add_argument("--relative", type=float, help="threshold as a fraction of the bound (default: the rubric's)")
     ap.add_argument("--pairs", type=int, default=5, help="measurement pairs (default 5)")
+    ap.add_argument("--smoke", action="store_true",
+                    help="one step per measurement and one warm-up step: every gate runs and its parameters "
+                         "are checked, in about half the time (CI; the timings mean little)")
     ap.add_argument("--json", type=Path, help="also write the results here")
     args = ap.parse_args(argv)
     programs = [args.build / "perf_worker_reference", args.build / "perf_worker"]
@@ -301,7 +310,8 @@ def main(argv=None):
     results = []
     for gate in args.gate or sorted(GATES):
         rel = args.relative if args.relative is not None else defaults.get(gate, 0.5)
-        r = run_gate(gate, programs[0], programs[1], relative=rel, pairs=args.pairs)
+        r = run_gate(gate, programs[0], programs[1], relative=rel, pairs=args.pairs,
+                     common=SMOKE if args.smoke else COMMON)
         print(r["output"] + "\n", flush=True)
         results.append(r)
     if args.json:

@@ -19,6 +19,7 @@ build ran them all on the same objects; --every-test runs them all). Without it 
 from scratch and runs every test, as a student's does.
 """
 import argparse
+import concurrent.futures
 import json
 import os
 import shutil
@@ -109,6 +110,7 @@ def main(argv=None):
     ap.add_argument("--with-solution", action="store_true", help="also grade the reference solution copied in")
     ap.add_argument("--keep", type=Path, help="unzip the bundles here and keep them (default: a temporary dir)")
     ap.add_argument("--timeout", type=int, default=1500, help="seconds per command")
+    ap.add_argument("--parallel", type=int, default=2, help="bundles checked at once (default 2)")
     ap.add_argument("--every-test", action="store_true",
                     help="with --prebuilt, run every given test in the bundle (default: every third, "
                          "ctest -I 0,0,3: the prebuilt build already ran them all on the same objects)")
@@ -118,8 +120,13 @@ def main(argv=None):
     with tempfile.TemporaryDirectory(prefix="bundle-check-") as tmp:
         scratch = args.keep.resolve() if args.keep else Path(tmp)
         scratch.mkdir(parents=True, exist_ok=True)
-        for n in args.assignment or grade.assignments(KIT):
-            problems += check_bundle(n, scratch, prebuilt, args.with_solution, args.timeout, args.every_test)
+        # Two bundles at a time: much of a bundle's time is one core's (configure, link, package).
+        # The longest first, so that the other two share the second worker.
+        order = sorted(args.assignment or grade.assignments(KIT), key=lambda n: (n != 2, n))
+        with concurrent.futures.ThreadPoolExecutor(max_workers=args.parallel) as pool:
+            for found in pool.map(lambda n: check_bundle(n, scratch, prebuilt, args.with_solution, args.timeout,
+                                                         args.every_test), order):
+                problems += found
     for p in problems:
         print("PROBLEM " + p)
     print("BUNDLES_OK" if not problems else f"{len(problems)} problems")
