@@ -180,7 +180,8 @@ def items_for(rubric, mutant):
 
 
 def sample(mutants, per_function: int, seed: int):
-    """At most per_function mutants of each function, drawn with `seed`, rules spread evenly."""
+    """At most per_function mutants of each function, drawn with `seed`: every rule class of the
+    function once (in a random order) before any class twice."""
     rng, by_fn, out = random.Random(seed), {}, []
     for m in mutants:
         by_fn.setdefault((m["file"], m["function"]), []).append(m)
@@ -192,7 +193,10 @@ def sample(mutants, per_function: int, seed: int):
                 by_rule.setdefault(m["rule"], []).append(m)
             for v in by_rule.values():
                 rng.shuffle(v)
+            # Every rule class once, in an order drawn with the seed, before any class comes again
+            # (sorted, a small sample would only ever see the first classes of the alphabet).
             picked, rules = [], sorted(by_rule)
+            rng.shuffle(rules)
             while len(picked) < per_function:
                 for r in rules:
                     if by_rule[r] and len(picked) < per_function:

@@ -516,6 +516,24 @@ class Mutants(unittest.TestCase):
             per[m["function"]] = per.get(m["function"], 0) + 1
         self.assertLessEqual(max(per.values()), 3)
 
+    def test_sampling_covers_every_rule_class_before_repeating_one(self):
+        ms = mutate.all_mutants(1)
+        for per_function in (2, 8, 20):
+            picked = mutate.sample(ms, per_function, 3)
+            for fn in {m["function"] for m in ms}:
+                rules = {m["rule"] for m in ms if m["function"] == fn}
+                got = [m["rule"] for m in picked if m["function"] == fn]
+                counts = {r: got.count(r) for r in rules}
+                available = {r: sum(1 for m in ms if m["function"] == fn and m["rule"] == r) for r in rules}
+                # no class twice while another class (that has mutants left) has none
+                if max(counts.values()) > 1:
+                    self.assertTrue(all(counts[r] >= 1 or available[r] == 0 for r in rules), (fn, counts))
+        # a small sample draws its classes at random, not the alphabet's first ones
+        for fn in {m["function"] for m in ms}:
+            if len({m["rule"] for m in ms if m["function"] == fn}) >= 3:
+                firsts = {m["rule"] for seed in range(8) for m in mutate.sample(ms, 1, seed) if m["function"] == fn}
+                self.assertGreater(len(firsts), 1, fn)
+
     def test_the_report_counts_and_shows_survivors(self):
         ms = mutate.all_mutants(1, ["clock_cycles"])[:4]
         text = mutate.report([(ms[0], "killed"), (ms[1], "survived"), (ms[2], "not compiled"), (ms[3], "killed")],
