@@ -534,8 +534,8 @@ def judge_batch(sandbox, program, subjects: dict, scratch: Path, left, timeout, 
         for f in records.iterdir():
             os.chmod(f, 0o644)  # the judge runs as a sandbox user: it reads, nobody else writes
         os.chmod(records, 0o755)
-        r = sandbox.run([program["judge"], "--gtest_filter=" + ":".join(names)], scratch,
-                        min(left(), timeout * len(names)), keep=BATCH_OUTPUT_KEEP, env={"KIT_JUDGE_RECORDS": str(records)})
+        r = sandbox.run([program["judge"], "--gtest_filter=" + ":".join(names)], scratch, left(),
+                        keep=BATCH_OUTPUT_KEEP, env={"KIT_JUDGE_RECORDS": str(records)})
     finally:
         shutil.rmtree(records, ignore_errors=True)
     outputs = split_output(r["output"], "[ RUN      ] ", set(names))
@@ -616,7 +616,7 @@ def run_tests(sandbox, programs, cases, jobs: int, budget: int, test_timeout, ma
         if not mine or time.time() - t0 + 1 > budget:
             return suite, {}
         timeout = timeout_of(suite)
-        return suite, judge_batch(sandbox, programs[suite], mine, scratch, left_of(timeout * len(mine)), timeout,
+        return suite, judge_batch(sandbox, programs[suite], mine, scratch, left_of((timeout + 2) * len(mine)), timeout,
                                   lambda n: skip_ok(graded[suite, n]))
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
