@@ -21,7 +21,7 @@
 #   --quick   no grader self-tests and no tests labelled slow (the 3D grid's runs of up to 8
 #             processes): every case runs in ctest itself
 #   --full    every grader self-test: each known-wrong submission, the dishonest ones included,
-#             and the starters (40 to 50 minutes more on 2 cores); run it before a release and
+#             and the starters (about 40 minutes in all on 2 cores); run it before a release and
 #             after changing a rubric, a test the rubrics grade or the grader
 # It installs python3-torch too and requires it: the tests that read the kit's checkpoints
 # with Python's torch.load fail here, instead of skipping, when PyTorch is missing.
