@@ -77,7 +77,7 @@ struct Case {
 std::vector<Case> cases() {
   std::vector<Case> c;
   for (int64_t n : {64, 128, 512})
-    for (int w : {2, 4, 8}) c.push_back({n, w});
+    for (int w : {1, 2, 4, 8}) c.push_back({n, w});  // 1: one process, the whole dataset
   return c;
 }
 
@@ -208,6 +208,21 @@ TEST(DataPartitioner, DefaultSizesCutFloorOfEachShareAndDropTheRest) {
   std::set<int64_t> all;
   for (const auto& v : parts) all.insert(v.begin(), v.end());
   EXPECT_EQ(all.size(), 14u) << "partitions overlap";
+}
+
+TEST(DataPartitioner, AZeroSizeIsAnEmptyPartition) {
+  // A size of 0 is not negative: partition 1 exists and holds nothing; the others are as usual.
+  const judge::Record got = judge::subject([&](judge::Record& out) {
+    kit::DataPartitioner p(fake(10), {0.5, 0.0, 0.5});
+    out.put("num_partitions", p.num_partitions());
+    if (p.num_partitions() != 3) return;
+    std::vector<int64_t> sizes;
+    for (int64_t k = 0; k < 3; ++k) sizes.push_back(p.use(k).size());
+    out.put("sizes", sizes);
+  });
+  if (!judge::judging()) return;
+  ASSERT_EQ(got.get<int64_t>("num_partitions"), 3) << "sizes {0.5, 0.0, 0.5} make three partitions";
+  EXPECT_EQ(got.get<std::vector<int64_t>>("sizes"), (std::vector<int64_t>{5, 0, 5}));
 }
 
 TEST(DataPartitioner, RejectsSizesAboveOneAndMissingPartitions) {
