@@ -509,7 +509,7 @@ def subject_batch(sandbox, program, names, scratch: Path, left, timeout) -> dict
         f.write("".join(n + "\n" for n in names))
     os.chmod(path, 0o644)
     try:
-        r = sandbox.run([program["program"]], scratch, min(left(), (timeout + 2) * len(names)), channel=False,
+        r = sandbox.run([program["program"]], scratch, left(), channel=False,
                         subject=True, keep=BATCH_OUTPUT_KEEP,
                         env={"KIT_SUBJECT_CASES": path, "KIT_SUBJECT_CASE_TIMEOUT": str(timeout)})
     finally:

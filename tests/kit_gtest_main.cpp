@@ -43,7 +43,6 @@
 
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <string>
 
 #include "judge/batch.h"
@@ -172,17 +171,7 @@ void set_role() {
     batch_records = path;  // each case's records are read when it starts
     return;
   }
-  std::ifstream in(path, std::ios::binary);
-  std::string stream;
-  char buf[65536];
-  while (in.read(buf, sizeof buf) || in.gcount() > 0) {
-    stream.append(buf, static_cast<size_t>(in.gcount()));
-    if (stream.size() > kit::judge::kMaxStreamBytes) break;
-  }
-  std::string why;
-  if (!kit::judge::become_judge(stream, status, &why))
-    std::fprintf(stderr, "the subject's records cannot be read (%s): every part of the case is judged missing\n",
-                 why.c_str());
+  kit::judge::judge_records(path, status);
 }
 #else
 // The grader's subject (KIT_SUBJECT_RECORDS=<fd>: records go there), a rank a subject part

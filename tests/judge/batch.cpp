@@ -18,6 +18,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <vector>
 
 #include "judge/judge.h"
@@ -157,24 +158,25 @@ std::string case_file_stem(const std::string& name) {
   return out;
 }
 
-void judge_case_from(const std::string& dir, const std::string& name) {
-  const std::string stem = dir + "/" + case_file_stem(name);
-  const auto read = [](const std::string& path, std::string* out) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) return false;
-    char buf[65536];
-    while (in.read(buf, sizeof buf) || in.gcount() > 0) {
-      out->append(buf, static_cast<size_t>(in.gcount()));
-      if (out->size() > kMaxStreamBytes) break;
-    }
-    return true;
-  };
-  std::string stream, status, why;
-  if (!read(stem + ".records", &stream)) status = "left no records the grader could find";
-  else read(stem + ".status", &status);
+void judge_records(const std::string& path, const std::string& status) {
+  std::ifstream in(path, std::ios::binary);
+  std::string stream, why;
+  char buf[65536];
+  while (in && (in.read(buf, sizeof buf) || in.gcount() > 0)) {
+    stream.append(buf, static_cast<size_t>(in.gcount()));
+    if (stream.size() > kMaxStreamBytes) break;
+  }
   if (!become_judge(stream, status, &why))
     std::fprintf(stderr, "the subject's records cannot be read (%s): every part of the case is judged missing\n",
                  why.c_str());
+}
+
+void judge_case_from(const std::string& dir, const std::string& name) {
+  const std::string stem = dir + "/" + case_file_stem(name);
+  std::ifstream in(stem + ".status");
+  std::string status((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (!std::ifstream(stem + ".records")) status = "left no records the grader could find";
+  judge_records(stem + ".records", status.substr(0, 1000));
 }
 
 }  // namespace kit::judge

@@ -31,6 +31,10 @@ int run_subject_cases(const std::string& cases, int fd, double timeout_s,
 // The file name of a case's records in the judge's directory: the case's name in hex.
 std::string case_file_stem(const std::string& name);
 
+// The judge of one case: its subject's records from the file `path` (at most kMaxStreamBytes
+// read; no file: none) and how its subject ended, in words (for messages).
+void judge_records(const std::string& path, const std::string& status);
+
 // The judge's batch: makes this process judge case `name` on the records in `dir`.
 void judge_case_from(const std::string& dir, const std::string& name);
 
