@@ -344,7 +344,7 @@ def list_cases(sandbox, programs, scratch: Path, log):
         if r["exit"] != 0 or not names:
             raise RuntimeError(f"listing the cases of {info['program']} failed (exit {r['exit']}):\n"
                                + r["output"][-2000:])
-        log.append(f"{suite}: {len(names)} cases")
+        log.append(f"{suite}: {len(names)} cases listed")
         for n in names:
             cases[f"{suite}.{n}"] = (suite, n)
     return cases
@@ -634,7 +634,7 @@ def run_tests(sandbox, programs, cases, jobs: int, budget: int, test_timeout, ma
         rest = sorted(n for n in cases if n not in results)
         for name, verdict in pool.map(one, rest):
             results[name] = verdict
-    log.append(f"ran {len(cases)} cases in {time.time() - t0:.0f} s ({in_batches} in batches, "
+    log.append(f"ran the {len(cases)} cases the items grade in {time.time() - t0:.0f} s ({in_batches} in batches, "
                f"{len(again)} judged again on their own, {len(rest)} on their own)")
     return results
 
@@ -1245,6 +1245,41 @@ def speed_gate(item, built, build_dir: Path, scratch: Path, machine, log):
     return (item["points"] if r["passed"] else 0), r["output"]
 
 
+def failed_reasons(item_output: str, lines=6, cases=3) -> list:
+    """The first `lines` lines of the reason of each of an item's first `cases` failed cases
+    (report()'s "FAILED <case>" blocks, without the subject's own output), then how many more."""
+    blocks, current = [], None
+    for line in item_output.splitlines():
+        if line.startswith("FAILED "):
+            current = [line]
+            blocks.append(current)
+        elif line.startswith("---- the code under test"):
+            current = None
+        elif current is not None and line.strip() and not re.match(r" *\d+ FAILED TESTS?$", line):
+            current.append(line)
+    out = []
+    for block in blocks[:cases]:
+        out += [block[0]] + ["    " + l for l in block[1:1 + lines]] + (["    ..."] if len(block) > 1 + lines else [])
+    if len(blocks) > cases:
+        out.append(f"... and {len(blocks) - cases} more failed cases")
+    if not blocks and item_output.strip():   # not a test item (files, figures, the symbol check)
+        out = [l for l in item_output.strip().splitlines() if l.strip()][:lines]
+    return out
+
+
+def print_reasons(results, stream=None):
+    """Why each item that lost points lost them, a few lines per failed case (a local grade:
+    the whole text is in results.json)."""
+    stream = stream or sys.stdout
+    lost = [t for t in results["tests"] if t["score"] < t["max_score"]]
+    for t in lost:
+        print(f"\n== {t['name']}: {t['score']} / {t['max_score']}", file=stream)
+        for line in failed_reasons(t.get("output", "")):
+            print("  " + line, file=stream)
+    if lost:
+        print("", file=stream)
+
+
 def print_table(results, stream=None):
     stream = stream or sys.stdout  # looked up now: a caller may have redirected it
     width = max(len(t["name"]) for t in results["tests"])
@@ -1311,7 +1346,7 @@ def main(argv=None):
         if args.local:
             results = grade_local(args.local, args.jobs, args.items, test_timeout=args.test_timeout,
                                   assignment=args.assignment, symbol_action=args.symbol_action)
-            return finish(args.out, results)
+            return finish(args.out, results, local=True)
         work = args.work or Path(tmp := tempfile.mkdtemp(prefix="grade-work-"))
         results = grade(args.submission, work.resolve(), args.jobs, args.items, test_timeout=args.test_timeout,
                         assignment=args.assignment,
@@ -1332,7 +1367,7 @@ def main(argv=None):
     return 1 if args.build_only and failed else rc
 
 
-def finish(out: Path, results) -> int:
+def finish(out: Path, results, local=False) -> int:
     """Write results.json (only now that every process the submission started is gone: grade()
     swept them; in one rename, so no reader ever sees a half-written file) and print the table."""
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -1341,6 +1376,8 @@ def finish(out: Path, results) -> int:
     os.replace(tmp, out)
     if results["output"]:
         print(results["output"])
+    if local:
+        print_reasons(results)
     print_table(results)
     print(f"results: {out}")
     return 0

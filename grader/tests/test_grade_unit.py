@@ -295,6 +295,26 @@ class LocalGrade(unittest.TestCase):
             with self.assertRaises(SystemExit), redirect_stderr(io.StringIO()):
                 grade.main(argv)
 
+    def test_a_local_grade_prints_why_each_item_lost_points(self):
+        item = ("3/5 test cases passed\n\nFAILED s.A.one\nfile.cpp:1: Failure\nexpected 2, got 3\n\n 1 FAILED TEST\n"
+                "---- the code under test (the subject process, which exited with status 0): its output ----\n"
+                "student noise\nFAILED s.A.two\n" + "\n".join(f"line {i}" for i in range(10)) + "\n")
+        reasons = grade.failed_reasons(item, lines=6, cases=3)
+        self.assertEqual(reasons[:3], ["FAILED s.A.one", "    file.cpp:1: Failure", "    expected 2, got 3"])
+        self.assertNotIn("student noise", "\n".join(reasons), "the subject's own output is not a reason")
+        self.assertNotIn("1 FAILED TEST", "\n".join(reasons))
+        self.assertEqual(reasons[3:], ["FAILED s.A.two"] + [f"    line {i}" for i in range(6)] + ["    ..."])
+        self.assertEqual(grade.failed_reasons("".join(f"FAILED s.{i}\nwhy\n" for i in range(5)), cases=3)[-1],
+                         "... and 2 more failed cases")
+        self.assertEqual(grade.failed_reasons("starter/x.cpp: #include <regex> is outside the allowed set"),
+                         ["starter/x.cpp: #include <regex> is outside the allowed set"])
+        results = {"tests": [{"name": "P1", "score": 3, "max_score": 5, "output": item},
+                             {"name": "P2", "score": 5, "max_score": 5, "output": "FAILED never shown\n"}]}
+        out = io.StringIO()
+        grade.print_reasons(results, out)
+        self.assertIn("== P1: 3 / 5", out.getvalue())
+        self.assertIn("expected 2, got 3", out.getvalue())
+        self.assertNotIn("P2", out.getvalue())
 
     def test_build_only_exits_1_when_the_kit_does_not_build(self):
         def no_build(*a, **kw):
