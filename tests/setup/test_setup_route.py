@@ -98,7 +98,7 @@ class Choose(unittest.TestCase):
             choose("noble", dict(NOBLE, cmake=None))
 
     def test_cmake_too_old_is_a_clear_error(self):
-        with self.assertRaisesRegex(sr.NoRoute, "CMake is 3.16.3-1ubuntu1; the kit needs 3.19"):
+        with self.assertRaisesRegex(sr.NoRoute, "CMake is 3.16.3-1ubuntu1; the kit needs 3.20"):
             choose("jammy", dict(JAMMY, cmake="3.16.3-1ubuntu1"))
 
 
