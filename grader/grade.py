@@ -768,7 +768,8 @@ def check_restrictions(found, rubric):
         for n, line in enumerate(text.splitlines(), 1):
             m = re.match(r'\s*#\s*include\s*[<"]([^>"]+)[>"]', line)
             if m and m.group(1) not in allowed:
-                problems.append(f"{f}:{n}: #include <{m.group(1)}> is outside the allowed set")
+                problems.append(f"{f}:{n}: #include <{m.group(1)}> is outside the allowed set (the handout lists "
+                                "it, under Problem 1; a finding costs no points by itself: your instructor reads it)")
         code = strip_comments(text)
         for call in r.get("forbidden_calls", []):
             pat = re.escape(call) + (r"\s*\(" if call[-1].isalnum() and "::" not in call else "")

@@ -316,6 +316,22 @@ class LocalGrade(unittest.TestCase):
         self.assertIn("expected 2, got 3", out.getvalue())
         self.assertNotIn("P2", out.getvalue())
 
+    def test_problem_1s_include_restriction_allows_the_common_containers_and_the_handout_lists_it(self):
+        rubric = grade.load_rubric(KIT, 1)
+        with tempfile.TemporaryDirectory() as tmp:
+            f = Path(tmp) / "dataset.cpp"
+            f.write_text("#include <unordered_set>\n#include <map>\n#include <thread>\n#include \"dist/dist.h\"\n"
+                         "void g() { std::thread t; }\n")
+            problems = grade.check_restrictions({"data_parallel/dataset.cpp": f}, rubric)
+        self.assertEqual(len([p for p in problems if "#include" in p]), 1, problems)
+        self.assertIn("#include <thread> is outside the allowed set", problems[0])
+        self.assertTrue(any("uses std::thread" in p for p in problems), problems)
+        # The handout states the list where it states the restriction: the same list.
+        handout = (KIT / "handout" / "assignment1.md").read_text()
+        section = handout[handout.index("The includes allowed:"):handout.index("A finding there costs")]
+        listed = set(re.findall(r"`<?([\w/.]+)>?`", section))
+        self.assertEqual(listed, set(rubric["restrictions"]["allowed_includes"]))
+
     def test_build_only_exits_1_when_the_kit_does_not_build(self):
         def no_build(*a, **kw):
             raise RuntimeError("the kit with its starter stubs does not build:\n(compiler output)")
