@@ -178,6 +178,46 @@ def bundle_info(assignment, earlier):
                       indent=1) + "\n"
 
 
+# The bundle's README.md is the student's (grader/student_README.md, filled in per assignment);
+# the instructor's README.md stays in the repository. Times measured on 2 cores.
+STUDENT_README = "grader/student_README.md"
+README_FILLS = {
+    1: {"title": "Assignment 1: data parallelism and pipeline parallelism",
+        "first_build": "about 11 minutes", "grade_time": "about 2 minutes",
+        "measure": "`scripts/main_job.sh`: the four runs of Problems 1.3 and 2 in the handout's configuration, "
+                   "then `plot_figures`", "measure_time": "about 7 minutes"},
+    2: {"first_build": "up to about 13 minutes (handout/README.md, section 1)",
+        "grade_time": "minutes (it prints its time)",
+        "measure": "each problem's command in the handout (`scripts/pipeline_job.sh` for Problem 3.3, "
+                   "`bench/*.py` for Problems 4 and 5)", "measure_time": "stated beside each command"},
+    3: {"first_build": "up to about 13 minutes (handout/README.md, section 1)",
+        "grade_time": "minutes (it prints its time)",
+        "measure": "each problem's command in the handout (`bench/*.py`)", "measure_time": "stated beside each command"},
+}
+
+
+def student_readme(assignment, earlier) -> str:
+    fill = dict(README_FILLS.get(assignment, {}))
+    fill.setdefault("title", rubric(assignment).get("title", f"Assignment {assignment}"))
+    for k in ("first_build", "grade_time", "measure", "measure_time"):
+        fill.setdefault(k, "see the handout")
+    fill["earlier"] = ("" if not earlier else
+                       "\n\n`starter/` also holds the reference solution of the student files of assignment"
+                       + ("s " if len(earlier) > 1 else " ") + ", ".join(map(str, earlier))
+                       + ": this assignment's programs and tests run them. They are not yours to submit.")
+    return (KIT / STUDENT_README).read_text().format(n=assignment, **fill)
+
+
+def handout_index(assignment) -> str:
+    """handout/README.md with the other assignments' handouts named, not linked: the bundle has
+    only its own."""
+    text = (KIT / "handout/README.md").read_text()
+    for k in assignments():
+        if k != assignment:
+            text = text.replace(f"[assignment{k}.md](assignment{k}.md)", f"assignment{k}.md (not in this bundle)")
+    return text
+
+
 def gradescope_files(assignment=1):
     files = [f for f in tracked_files()
              if f.split("/", 1)[0] not in ("solution", ".ci") and not f.startswith("grader/tests/")
@@ -228,6 +268,8 @@ def main(argv=None):
         earlier = earlier_solutions(n, args.stubs_of)
         files, replace = student_files(n) + [BUNDLE_INFO], solutions_of(earlier)
         replace[BUNDLE_INFO] = bundle_info(n, earlier)
+        replace["README.md"] = student_readme(n, earlier)
+        replace["handout/README.md"] = handout_index(n)
         if args.list:
             print("\n".join(f + ("  (reference solution)" if f in replace and f != BUNDLE_INFO else "")
                             for f in files))

@@ -32,6 +32,68 @@ class StudentBundle(unittest.TestCase):
             self.assertIn(f, self.files)
 
 
+class StudentReadme(unittest.TestCase):
+    """The bundle's README.md is the student's, and no Markdown link in the bundle points at a
+    file it does not hold (the instructor's README links grader/README.md and every handout)."""
+
+    def bundle_texts(self, n):
+        earlier = package.earlier_solutions(n)
+        files = package.student_files(n) + [package.BUNDLE_INFO]
+        texts = {f: (package.KIT / f).read_text(errors="replace") for f in files if f.endswith(".md")}
+        texts["README.md"] = package.student_readme(n, earlier)
+        texts["handout/README.md"] = package.handout_index(n)
+        return set(files), texts
+
+    def test_every_link_in_a_bundle_resolves_inside_it(self):
+        import posixpath
+        import re
+        for n in package.assignments():
+            files, texts = self.bundle_texts(n)
+            dirs = {f.rsplit("/", k)[0] for f in files for k in range(1, f.count("/") + 1)}
+            broken = []
+            for f, text in texts.items():
+                for m in re.finditer(r"\]\(([^)\s#]+)(#[^)]*)?\)", text):
+                    if re.match(r"[a-z]+:", m.group(1)):
+                        continue
+                    target = posixpath.normpath(posixpath.join(posixpath.dirname(f), m.group(1))).rstrip("/")
+                    if target not in files and target not in dirs:
+                        broken.append(f"{f} -> {m.group(1)}")
+            self.assertEqual(broken, [], f"assignment {n}'s bundle")
+
+    def test_the_readme_is_the_students(self):
+        for n in package.assignments():
+            readme = self.bundle_texts(n)[1]["README.md"]
+            self.assertIn(f"handout/assignment{n}.md", readme)
+            self.assertIn("python3 grader/grade.py --local build", readme)
+            for word in ("solution/", "grader/README", "CI", "KIT_SOLUTION", "{", "}"):
+                self.assertNotIn(word, readme, f"assignment {n}")
+
+
+class FigureConfiguration(unittest.TestCase):
+    """Assignment 1's figures have one configuration: scripts/main_job.sh's, which the handout and
+    plots/README.md write out (their C= line) for every measured command."""
+
+    def test_handout_plots_readme_and_main_job_agree(self):
+        import re
+        job = (package.KIT / "scripts/main_job.sh").read_text()
+        default = {k: re.search(rf"^{k}=\$\{{{k}:-([^}}]+)\}}", job, re.M).group(1)
+                   for k in ("PRESET", "EPOCHS", "N_TRAIN", "N_VALID")}
+        want = (f'C="--preset {default["PRESET"]} --epochs {default["EPOCHS"]} --n-train {default["N_TRAIN"]} '
+                f'--n-valid {default["N_VALID"]} --threads 1"')
+        self.assertIn('--threads 1 --no-progress', job)
+        for doc in ("handout/assignment1.md", "plots/README.md"):
+            text = (package.KIT / doc).read_text()
+            lines = [l for l in text.splitlines() if l.startswith("C=")]
+            self.assertTrue(lines, doc)
+            for l in lines:
+                self.assertEqual(l.split("#")[0].strip(), want, doc)
+            for cmd in re.findall(r"^\./build/run_(?:data_parallel|pipeline) .*$", text, re.M):
+                self.assertIn("$C", cmd, f"{doc}: a measured command outside the configuration")
+                flags = cmd.split("#")[0].replace("$C", "").split()
+                self.assertIn(" ".join(flags[1:]).replace("  ", " "), job.replace('"${COMMON[@]}" ', "")
+                              .replace('"${COMMON[@]}"', ""), f"{doc}: {cmd} is not main_job.sh's")
+
+
 class PerAssignment(unittest.TestCase):
     def test_assignment_1_bundle_is_the_kit_minus_later_assignments_material(self):
         # What the bundle was before there was a second assignment: everything tracked but
