@@ -18,3 +18,15 @@ install_and_build() {
   cmake -S . -B "$BUILD" -DKIT_SOLUTION="$solution" -DCMAKE_BUILD_TYPE=Release >/dev/null
   cmake --build "$BUILD" -j "$(scripts/jobs.sh)" --target "$@"
 }
+
+# move_aside PATH...: an earlier job's runs go to runs/earlier-<time>/, not away: the figures
+# read only the fresh paths, and nothing measured is lost without a word.
+move_aside() {
+  local aside="" p
+  for p in "$@"; do
+    [[ -e $p ]] || continue
+    [[ -n $aside ]] || { aside=runs/earlier-$(date +%Y%m%d-%H%M%S); mkdir -p "$aside"; }
+    mv "$p" "$aside/"
+    echo "moved the earlier $p to $aside/"
+  done
+}

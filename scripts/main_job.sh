@@ -35,7 +35,7 @@ PY
 rm -f /tmp/kit_gemm_a.$$ /tmp/kit_gemm_b.$$
 python3 -c "import json;m=json.load(open('runs/machine.json'));print(f\"one process: {m['gemm_gflops_one_process']:.1f} GFLOP/s; two at once: {sum(m['gemm_gflops_two_processes']):.1f} GFLOP/s together = {m['two_process_scaling']:.2f}x one ({m['cores']} cores)\")"
 
-rm -rf runs/data_parallel runs/pipeline
+move_aside runs/data_parallel runs/pipeline   # an earlier job's runs, kept under runs/earlier-<time>/
 step "4/7 data parallel, world 1, batch 64"
 "$BUILD/run_data_parallel" --world-size 1 --batch-size 64 "${COMMON[@]}"
 step "5/7 data parallel, world 2, batch 128"

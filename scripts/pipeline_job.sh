@@ -20,7 +20,7 @@ start=$(date +%s)
 install_and_build 4 bench run_pipeline_training schedule plot_figures
 
 step "3/4 measure: single, model parallel, Pipe, GPipe, 1F1B, interleaved"
-rm -rf "$OUT"
+move_aside "$OUT"   # an earlier job's runs, kept under runs/earlier-<time>/
 # shellcheck disable=SC2086  # PIPELINE_ARGS is a list of flags
 python3 bench/pipeline_schedules.py --build "$BUILD" --steps "$STEPS" --warmup "$WARMUP" --out "$OUT" ${PIPELINE_ARGS:-}
 
