@@ -336,6 +336,21 @@ std::vector<std::string> available_backends() {
   return b;
 }
 
+int cuda_device_for(int rank, int local_rank, int visible_gpus) {
+  const std::string who = "rank " + std::to_string(rank) + " (local rank " + std::to_string(local_rank) + ")";
+  const std::string seen = env_or("CUDA_VISIBLE_DEVICES", "");
+  const std::string sees = seen.empty() ? "" : " (CUDA_VISIBLE_DEVICES=" + seen + ")";
+  if (visible_gpus <= 0)
+    throw Error(who + ": --backend nccl needs a CUDA GPU and this process sees none" + sees +
+                ".\n  Fix: run it on a GPU node (sbatch --gres=gpu:N, or --gpus-per-task=1), or use --backend gloo.");
+  if (visible_gpus == 1) return 0;  // bound to its own GPU, or the only one
+  if (local_rank < visible_gpus) return local_rank;
+  throw Error(who + " sees " + std::to_string(visible_gpus) + " GPUs" + sees + ", fewer than its local rank needs: " +
+              "more ranks were started on this node than it has GPUs.\n  Fix: start at most " +
+              std::to_string(visible_gpus) + " ranks per node (--ntasks-per-node), or bind one GPU to each task " +
+              "(srun --gpus-per-task=1).");
+}
+
 void init_process_group(const std::string& backend, int rank, int world_size) {
   const std::string addr = env_or("MASTER_ADDR", "127.0.0.1");
   const std::string port = env_or("MASTER_PORT", "");
@@ -398,14 +413,10 @@ void init_process_group(const std::string& backend, int rank, int world_size, co
 #endif
   } else if (backend == "nccl") {
 #if KIT_HAVE_NCCL
-    const int ndev = static_cast<int>(torch::cuda::device_count());
     const int local = std::stoi(env_or("LOCAL_RANK", env_or("SLURM_LOCALID", std::to_string(rank))));
-    if (ndev == 0) throw Error("--backend nccl needs a CUDA GPU and none is visible: use --backend gloo");
-    if (local >= ndev)
-      throw Error("rank " + std::to_string(rank) + " has local rank " + std::to_string(local) + " but only " +
-                  std::to_string(ndev) + " GPU(s) are visible: start at most one rank per GPU");
-    c10::cuda::set_device(static_cast<c10::DeviceIndex>(local));
-    g->device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(local));
+    const int index = cuda_device_for(rank, local, static_cast<int>(torch::cuda::device_count()));
+    c10::cuda::set_device(static_cast<c10::DeviceIndex>(index));
+    g->device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(index));
     // Blocking wait makes Work::wait() honour the timeout instead of waiting forever.
     setenv("TORCH_NCCL_BLOCKING_WAIT", "1", 0);
 #if !KIT_NCCL_BLOCKING_WAIT_NEW_ONLY

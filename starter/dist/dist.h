@@ -14,8 +14,8 @@
 // sets KIT_STORE_HOSTED=1, so no rank has to bind the port.
 //
 // Backends: "gloo" (CPU tensors; compiled in when LibTorch ships Gloo) and "nccl"
-// (CUDA tensors, one GPU per rank chosen by LOCAL_RANK or SLURM_LOCALID; compiled in
-// only when LibTorch has CUDA).
+// (CUDA tensors, one GPU per rank: cuda_device_for picks it from what the process sees;
+// compiled in only when LibTorch has CUDA).
 //
 // Timeouts are finite: every rendezvous and collective gives up after
 // KIT_DIST_TIMEOUT seconds (default 60), so a dead or stalled peer becomes a
@@ -204,5 +204,14 @@ std::chrono::milliseconds timeout_from_env();
 
 // The backends this build of the kit can use, e.g. {"gloo"}.
 std::vector<std::string> available_backends();
+
+// The CUDA device a rank of the nccl backend takes, from its local rank (LOCAL_RANK or
+// SLURM_LOCALID: its index among the ranks on its node) and the GPUs it can see. A task that
+// sees exactly one GPU takes it, whatever its local rank: that is Slurm's per-task binding
+// (srun --gpus-per-task=1, --gpu-bind=single:1), where each task's CUDA_VISIBLE_DEVICES holds
+// its own GPU. A task that sees several takes the local rank's (one process per GPU of the
+// node, as torchrun). kit::Error, naming the fix, when it sees none or fewer than its local
+// rank needs.
+int cuda_device_for(int rank, int local_rank, int visible_gpus);
 
 }  // namespace kit::dist

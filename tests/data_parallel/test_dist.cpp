@@ -22,6 +22,7 @@
 #include "dist/dist.h"
 #include "dist/launch.h"
 #include "dp_test_util.h"
+#include "error_of.h"
 #include "kit/errors.h"
 
 namespace {
@@ -549,6 +550,23 @@ TEST(DetectWorld, TorchrunStyleVariables) {
   env.set("RANK", "0");
   ::unsetenv("MASTER_PORT");
   EXPECT_THROW(kit::detect_world(), kit::Error) << "no MASTER_PORT";
+}
+
+// The nccl backend's GPU: Slurm's per-task binding (--gpus-per-task=1) leaves each task one
+// visible GPU, cuda:0 inside it, whatever its local rank; a task that sees the whole node takes
+// its local rank's. No GPU is needed: the choice is a function of the counts.
+TEST(CudaDevice, ComesFromWhatTheTaskSees) {
+  EXPECT_EQ(kit::dist::cuda_device_for(0, 0, 1), 0);
+  EXPECT_EQ(kit::dist::cuda_device_for(3, 1, 1), 0) << "a bound task's one GPU, not cuda:1";
+  EXPECT_EQ(kit::dist::cuda_device_for(5, 3, 1), 0);
+  EXPECT_EQ(kit::dist::cuda_device_for(1, 1, 4), 1) << "the whole node visible: the local rank's";
+  EXPECT_EQ(kit::dist::cuda_device_for(7, 3, 4), 3);
+  const std::string too_many = kit_test::error_of([] { kit::dist::cuda_device_for(2, 2, 2); });
+  EXPECT_NE(too_many.find("start at most 2 ranks per node"), std::string::npos) << too_many;
+  EXPECT_NE(too_many.find("--gpus-per-task=1"), std::string::npos) << too_many;
+  const std::string none = kit_test::error_of([] { kit::dist::cuda_device_for(0, 0, 0); });
+  EXPECT_NE(none.find("sees none"), std::string::npos) << none;
+  EXPECT_NE(none.find("--backend gloo"), std::string::npos) << none;
 }
 
 TEST(DetectWorld, SrunStep) {
