@@ -31,7 +31,12 @@ std::string format_mean_std(const MeanStd& v) {
   if (std::isfinite(v.mean) && v.mean != 0)
     decimals = std::clamp(2 - static_cast<int>(std::floor(std::log10(std::fabs(v.mean)))), 0, 6);
   char buf[96];
-  std::snprintf(buf, sizeof buf, "%.*f ± %.*f", decimals, v.mean, decimals, v.std);
+  if (v.n == 0)  // not measured (an ideal, a bound): the number alone
+    std::snprintf(buf, sizeof buf, "%.*f", decimals, v.mean);
+  else if (v.n == 1)  // one value has no spread: "± 0" would claim a measured one
+    std::snprintf(buf, sizeof buf, "%.*f (1 epoch)", decimals, v.mean);
+  else
+    std::snprintf(buf, sizeof buf, "%.*f ± %.*f", decimals, v.mean, decimals, v.std);
   return buf;
 }
 

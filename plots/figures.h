@@ -38,7 +38,8 @@ void draw_loss_curves(const std::string& png_path, const std::vector<LossSeries>
 // labelled with its micro-batch index, idle cells (the bubble) left blank.
 void draw_schedule(const std::string& png_path, int micro_batches, int stages, PngOptions png);
 
-// "12.3 ± 0.4": three significant digits for the mean, the std to the same decimals.
+// "12.3 ± 0.4": three significant digits for the mean, the std to the same decimals;
+// "102 (1 epoch)" for one value (no spread), "1.60" for none (n = 0: an ideal, not measured).
 std::string format_mean_std(const MeanStd& v);
 
 }  // namespace kit::plots

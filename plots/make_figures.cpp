@@ -19,10 +19,18 @@ struct Input {
   const char* flag;  // on the command line
   const InputPath* path;
   const char* how_to_make;
+  bool only_when_named = false;  // not read from its default path (something else writes there too)
 };
 
 std::optional<Run> load_input(const Input& in, Summary& s) {
   std::error_code ec;
+  if (!in.path->given && in.only_when_named) {
+    // `train` writes runs/train.json by default, the setup check included: drawn only when named.
+    if (fs::exists(in.path->path, ec))
+      s.notes.push_back(std::string("not drawn: ") + in.path->path + " (pass " + in.flag + " " + in.path->path +
+                        " to draw it beside the others)");
+    return std::nullopt;
+  }
   if (!in.path->given && !fs::exists(in.path->path, ec)) {
     s.notes.push_back(std::string("no ") + in.flag + " run at " + in.path->path + " (the default path): " +
                       in.how_to_make + ", or pass " + in.flag + " PATH");
@@ -84,6 +92,32 @@ void draw_pair(const RunResult& a, const RunResult& b, const std::string& what,
                   {{bar_label(a), a.stats.tokens_per_sec}, {bar_label(b), b.stats.tokens_per_sec}}});
 }
 
+// Forward only (run_pipeline's validation), the part the pipe overlaps, beside the ideal
+// m·p/(m+p-1) times the model-parallel rate: how far the pipe is from its schedule's bound.
+void draw_forward_only(const RunResult* mp, const RunResult* pp, Summary& s, const FigureOptions& o) {
+  const auto mp_fwd = mp ? forward_only_stats(mp->run) : std::nullopt;
+  const auto pp_fwd = pp ? forward_only_stats(pp->run) : std::nullopt;
+  if (!mp_fwd || !pp_fwd) {
+    note_skipped(o, {kPpForwardFigure},
+                 "it needs --model-parallel and --pipeline runs with forward-only numbers (run_pipeline writes them)",
+                 s);
+    return;
+  }
+  BarChart chart{"Model vs pipeline parallel, forward only (validation): throughput\n"
+                 "mean ± std over epochs, first dropped as warm-up; ideal = model parallel × m·p/(m+p-1)",
+                 "forward-only throughput (tokens/s)",
+                 "",
+                 {{bar_label(*mp), *mp_fwd}, {bar_label(*pp), *pp_fwd}}};
+  if (const auto& ideal = s.speedups.pp_forward_ideal_speedup) {
+    char text[96];
+    std::snprintf(text, sizeof text, "ideal: model parallel\n× m·p/(m+p-1) = %.2f", *ideal);
+    chart.bars.push_back({text, MeanStd{mp_fwd->mean * *ideal, 0, 0}});
+  }
+  const std::string path = (fs::path(o.out_dir) / kPpForwardFigure).string();
+  draw_bar_chart(path, chart, o.png);
+  s.figures.push_back(path);
+}
+
 }  // namespace
 
 Summary make_figures(const FigureOptions& o) {
@@ -92,7 +126,7 @@ Summary make_figures(const FigureOptions& o) {
       {"dp_multi", "--dp-multi", &o.dp_multi, "run `run_data_parallel --world-size 2 --batch-size 128` to make it"},
       {"model_parallel", "--model-parallel", &o.model_parallel, "run `run_pipeline --mode model_parallel` to make it"},
       {"pipeline", "--pipeline", &o.pipeline, "run `run_pipeline --mode pipeline_parallel` to make it"},
-      {"single", "--single", &o.single, "run `train` to make it"},
+      {"single", "--single", &o.single, "run `train` to make it", true},
   };
   Summary s;
   s.schedule = o.schedule;
@@ -134,6 +168,7 @@ Summary make_figures(const FigureOptions& o) {
               s.speedups.pp_tokens_per_sec_ratio, "pipeline / model parallel", o, s.figures);
   else
     note_skipped(o, {kPpTimeFigure, kPpThroughputFigure}, "they need both --model-parallel and --pipeline", s);
+  draw_forward_only(mp, pp, s, o);
 
   // Loss curves: the reference run first, so the others are drawn on top of it.
   std::vector<LossSeries> series;

@@ -37,6 +37,7 @@ inline const char* const kDpTimeFigure = "dp_training_time.png";
 inline const char* const kDpThroughputFigure = "dp_tokens_per_sec.png";
 inline const char* const kPpTimeFigure = "pp_training_time.png";
 inline const char* const kPpThroughputFigure = "pp_tokens_per_sec.png";
+inline const char* const kPpForwardFigure = "pp_forward_tokens_per_sec.png";  // with the ideal m·p/(m+p-1)
 inline const char* const kLossFigure = "loss_curves.png";
 inline const char* const kScheduleFigure = "schedule.png";
 inline const char* const kSummaryFile = "summary.json";

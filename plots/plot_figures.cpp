@@ -72,7 +72,9 @@ int main(int argc, char** argv) {
   app.add_option("--model-parallel", o.model_parallel.path, "run_pipeline run in model-parallel mode")
       ->capture_default_str();
   app.add_option("--pipeline", o.pipeline.path, "run_pipeline run in pipeline-parallel mode")->capture_default_str();
-  app.add_option("--single", o.single.path, "Single-process run (train), for the loss curves")
+  app.add_option("--single", o.single.path,
+                 "Single-process run (train), for the loss curves; read only when given (the setup check writes "
+                 "runs/train.json too)")
       ->capture_default_str();
   app.add_option("--out", o.out_dir, "Directory for the figures and summary.json")->capture_default_str();
   app.add_option("--schedule", schedule,

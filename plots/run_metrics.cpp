@@ -110,6 +110,7 @@ struct FileContents {
   int world_size = 1;
   int64_t batch_size = 0;
   int64_t stages = 0, microbatches = 0;
+  std::vector<std::pair<int64_t, double>> forward_tokens_per_sec;
   std::vector<EpochRecord> records;
 };
 
@@ -129,6 +130,16 @@ FileContents read_file(const std::string& file) {
   f.batch_size = integer(run, "batch_size", file, "run");
   if (run.contains("stages")) f.stages = integer(run, "stages", file, "run");
   if (run.contains("microbatches")) f.microbatches = integer(run, "microbatches", file, "run");
+  if (auto it = run.find("forward_only"); it != run.end()) {
+    if (!it->is_array()) bad(file, "run.forward_only", "should be an array but is " + type_of(*it));
+    for (size_t k = 0; k < it->size(); ++k) {
+      const std::string where = "run.forward_only[" + std::to_string(k) + "]";
+      if (!(*it)[k].is_object()) bad(file, where, "should be an object but is " + type_of((*it)[k]));
+      const double tps = number((*it)[k], "tokens_per_sec", file, where);
+      if (!(tps >= 0) || !std::isfinite(tps)) bad(file, where + ".tokens_per_sec", "should be >= 0");
+      f.forward_tokens_per_sec.emplace_back(integer((*it)[k], "epoch", file, where), tps);
+    }
+  }
   const json& epochs = require(j, "epochs", file, "");
   if (!epochs.is_array()) bad(file, "epochs", "should be an array but is " + type_of(epochs));
   if (epochs.empty()) bad(file, "epochs", "is empty: the run finished no epoch; run it with --epochs 2 or more");
@@ -245,6 +256,7 @@ Run load_run(const std::string& path) {
   run.batch_size = first.batch_size;
   run.stages = first.stages;
   run.microbatches = first.microbatches;
+  run.forward_tokens_per_sec = first.forward_tokens_per_sec;
   for (auto& f : contents)
     for (auto& r : f.records) run.records.push_back(std::move(r));
   std::stable_sort(run.records.begin(), run.records.end(), [](const EpochRecord& a, const EpochRecord& b) {

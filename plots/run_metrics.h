@@ -9,6 +9,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace kit::plots {
@@ -34,6 +35,9 @@ struct Run {
   int64_t batch_size = 0;  // the global batch
   int64_t stages = 0;        // run_pipeline: pipeline stages (0 when absent)
   int64_t microbatches = 0;  // run_pipeline: micro-batches per batch (0 when absent)
+  // run_pipeline: tokens/s of each epoch's validation, forward only (the part the pipe
+  // overlaps), as (epoch, tokens/s); empty when absent.
+  std::vector<std::pair<int64_t, double>> forward_tokens_per_sec;
   std::vector<EpochRecord> records;  // every (epoch, rank), sorted by epoch then rank
 
   // "data parallel, world 2, batch 128": for legends, tables and axis labels.

@@ -49,6 +49,9 @@ RunStats run_stats(const Run& run) {
   else
     st.warning = run.source + " has only one epoch: keeping it, so warm-up is included in the numbers "
                               "(run with --epochs 2 or more for a fair measurement)";
+  if (st.first_epoch_dropped && totals.size() == 1)
+    st.warning = run.source + " has one measured epoch (its first of 2 is warm-up, dropped): no spread to show, "
+                              "so no error bar (run with --epochs 3 or more)";
   std::vector<double> time, tps;
   for (const auto& t : totals) {
     st.epochs_used.push_back(t.epoch);
@@ -58,6 +61,14 @@ RunStats run_stats(const Run& run) {
   st.training_time = mean_std(time);
   st.tokens_per_sec = mean_std(tps);
   return st;
+}
+
+std::optional<MeanStd> forward_only_stats(const Run& run) {
+  const auto& f = run.forward_tokens_per_sec;
+  if (f.empty()) return std::nullopt;
+  std::vector<double> tps;
+  for (size_t i = f.size() > 1 ? 1 : 0; i < f.size(); ++i) tps.push_back(f[i].second);
+  return mean_std(tps);
 }
 
 std::vector<std::pair<double, double>> loss_curve(const Run& run) {

@@ -7,6 +7,7 @@
 //   3. the remaining epochs give a mean and a sample standard deviation.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -26,7 +27,7 @@ std::vector<EpochTotals> totals_per_epoch(const Run& run);
 
 struct MeanStd {
   double mean = 0;
-  double std = 0;  // sample standard deviation (n - 1); 0 for a single value
+  double std = 0;  // sample standard deviation (n - 1); 0 for a single value, which has none (no error bar)
   size_t n = 0;
 };
 // Throws kit::Error on an empty list.
@@ -35,12 +36,16 @@ MeanStd mean_std(const std::vector<double>& values);
 struct RunStats {
   std::vector<int64_t> epochs_used;  // the epochs averaged
   bool first_epoch_dropped = false;
-  std::string warning;  // non-empty when only one epoch exists (warm-up included)
+  std::string warning;  // non-empty when fewer than 2 epochs are measured (no spread; warm-up kept if only one)
   MeanStd training_time, tokens_per_sec;
 };
 
 // Steps 1 to 3.
 RunStats run_stats(const Run& run);
+
+// run_pipeline's forward-only tokens/s over its epochs, the first dropped as warm-up when
+// there are more (as run_stats does); nothing when the run has none.
+std::optional<MeanStd> forward_only_stats(const Run& run);
 
 // The training loss as a curve over (fractional) epochs: point k of epoch e is at
 // e - 1 + (k + 1) / batches. With several ranks, the loss of a step is the mean over

@@ -33,7 +33,10 @@ std::optional<double> ratio(double numerator, double denominator) {
 
 nlohmann::json optional_number(const std::optional<double>& v) { return v ? nlohmann::json(*v) : nlohmann::json(); }
 
-nlohmann::json to_json(const MeanStd& v) { return {{"mean", v.mean}, {"std", v.std}, {"epochs", v.n}}; }
+// One epoch has no spread: "std" is null then, not 0.
+nlohmann::json to_json(const MeanStd& v) {
+  return {{"mean", v.mean}, {"std", v.n < 2 ? nlohmann::json(nullptr) : nlohmann::json(v.std)}, {"epochs", v.n}};
+}
 
 }  // namespace
 
@@ -54,6 +57,12 @@ void compute_speedups(Summary& s) {
   if (mp && pp) {
     s.speedups.pp_tokens_per_sec_ratio = ratio(pp->stats.tokens_per_sec.mean, mp->stats.tokens_per_sec.mean);
     s.speedups.pp_training_time_speedup = ratio(mp->stats.training_time.mean, pp->stats.training_time.mean);
+    const auto mp_fwd = forward_only_stats(mp->run), pp_fwd = forward_only_stats(pp->run);
+    if (mp_fwd && pp_fwd) s.speedups.pp_forward_tokens_per_sec_ratio = ratio(pp_fwd->mean, mp_fwd->mean);
+  }
+  if (pp && pp->run.microbatches > 0 && pp->run.stages > 0) {
+    const double m = static_cast<double>(pp->run.microbatches), p = static_cast<double>(pp->run.stages);
+    s.speedups.pp_forward_ideal_speedup = m * p / (m + p - 1);
   }
 }
 
@@ -98,6 +107,10 @@ void print_table(std::ostream& out, const Summary& s) {
       << "  pipeline parallel  tokens/s pipeline / model parallel:    "
       << ratio_text(s.speedups.pp_tokens_per_sec_ratio)
       << "   training time model parallel / pipeline:    " << ratio_text(s.speedups.pp_training_time_speedup)
+      << "\n"
+      << "  pipeline, forward only: tokens/s pipeline / model parallel: "
+      << ratio_text(s.speedups.pp_forward_tokens_per_sec_ratio)
+      << "   ideal m·p/(m+p-1):                          " << ratio_text(s.speedups.pp_forward_ideal_speedup)
       << "\n";
 }
 
@@ -120,6 +133,7 @@ nlohmann::json to_json(const Summary& s) {
                    {"training_time", to_json(r.stats.training_time)},
                    {"tokens_per_sec", to_json(r.stats.tokens_per_sec)},
                    {"per_epoch", per_epoch}};
+    if (const auto fwd = forward_only_stats(r.run)) runs[r.key]["forward_only_tokens_per_sec"] = to_json(*fwd);
   }
   const auto& sp = s.speedups;
   const int m = s.schedule.micro_batches, n = s.schedule.stages;
@@ -132,13 +146,18 @@ nlohmann::json to_json(const Summary& s) {
         {"dp_tokens_per_sec_ratio", "tokens/s of --dp-multi / tokens/s of --dp-single"},
         {"dp_training_time_speedup", "training time of --dp-single / training time of --dp-multi"},
         {"pp_tokens_per_sec_ratio", "tokens/s of --pipeline / tokens/s of --model-parallel"},
-        {"pp_training_time_speedup", "training time of --model-parallel / training time of --pipeline"}}},
+        {"pp_training_time_speedup", "training time of --model-parallel / training time of --pipeline"},
+        {"pp_forward_tokens_per_sec_ratio",
+         "forward-only tokens/s (run_pipeline's validation) of --pipeline / the same of --model-parallel"},
+        {"pp_forward_ideal_speedup", "m·p / (m + p - 1) for the --pipeline run's m micro-batches and p stages"}}},
       {"runs", runs},
       {"speedups",
        {{"dp_tokens_per_sec_ratio", optional_number(sp.dp_tokens_per_sec_ratio)},
         {"dp_training_time_speedup", optional_number(sp.dp_training_time_speedup)},
         {"pp_tokens_per_sec_ratio", optional_number(sp.pp_tokens_per_sec_ratio)},
-        {"pp_training_time_speedup", optional_number(sp.pp_training_time_speedup)}}},
+        {"pp_training_time_speedup", optional_number(sp.pp_training_time_speedup)},
+        {"pp_forward_tokens_per_sec_ratio", optional_number(sp.pp_forward_tokens_per_sec_ratio)},
+        {"pp_forward_ideal_speedup", optional_number(sp.pp_forward_ideal_speedup)}}},
       {"schedule",
        {{"micro_batches", m},
         {"stages", n},

@@ -24,6 +24,11 @@ struct Speedups {
   std::optional<double> dp_training_time_speedup;  // training time single / multi
   std::optional<double> pp_tokens_per_sec_ratio;   // tokens/s pipeline parallel / model parallel
   std::optional<double> pp_training_time_speedup;  // training time model parallel / pipeline parallel
+  // Forward only (run_pipeline's validation, the part the pipe overlaps): tokens/s pipeline /
+  // model parallel, and the ideal m·p / (m + p - 1) of the pipeline run's m micro-batches on p
+  // stages (each stage's work split evenly, no communication cost).
+  std::optional<double> pp_forward_tokens_per_sec_ratio;
+  std::optional<double> pp_forward_ideal_speedup;
 };
 
 struct Summary {

@@ -43,6 +43,8 @@ TEST(PlotsCli, FullRunPrintsTheTableAndWritesTheFigures) {
   for (int r = 0; r < 2; ++r)
     write_json(dir / ("runs/data_parallel/world2/rank" + std::to_string(r) + ".json"),
                run_file("run_data_parallel", 2, 128, {epoch(1, r, 2, 5, 80, l), epoch(2, r, 2, 4, 90, l)}));
+  // train's default output (the setup check writes it): not one of the figures' runs.
+  write_json(dir / "runs/train.json", run_file("train", 1, 64, {epoch(1, 0, 1, 9, 90, l)}));
   // Defaults: the programs' default output paths, relative to the working directory.
   const Result r = plot_figures(dir, "");
   ASSERT_EQ(r.status, 0) << r.out << r.err;
@@ -51,6 +53,9 @@ TEST(PlotsCli, FullRunPrintsTheTableAndWritesTheFigures) {
   EXPECT_NE(r.out.find("note: no --model-parallel run"), std::string::npos) << r.out;
   EXPECT_TRUE(kit::plots::is_png_file(dir / "submit_figures/dp_tokens_per_sec.png"));
   EXPECT_TRUE(fs::exists(dir / "submit_figures/summary.json"));
+  EXPECT_NE(r.out.find("not drawn: runs/train.json (pass --single runs/train.json"), std::string::npos) << r.out;
+  EXPECT_EQ(read_text(dir / "submit_figures/summary.json").find("\"train\""), std::string::npos)
+      << "runs/train.json was drawn although --single was not given";
 }
 
 TEST(PlotsCli, MalformedInputExitsWithTheFileAndField) {

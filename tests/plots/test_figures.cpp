@@ -54,6 +54,14 @@ void expect_png(const std::string& path, uint32_t width = 0, uint32_t height = 0
 }
 
 // Every kind of run, with three epochs each; world 2 has two rank files.
+// run_pipeline's forward-only (validation) tokens/s of epochs 1, 2, ...
+json forward_only(const std::vector<double>& tokens_per_sec) {
+  json out = json::array();
+  for (size_t e = 0; e < tokens_per_sec.size(); ++e)
+    out.push_back({{"epoch", e + 1}, {"seconds", 1.0}, {"tokens_per_sec", tokens_per_sec[e]}});
+  return out;
+}
+
 FigureOptions synthetic_runs(const TempDir& dir) {
   const std::vector<double> losses = {4.0, 3.5, 3.2, 3.0};
   write_json(dir / "runs/w1/rank0.json",
@@ -65,15 +73,17 @@ FigureOptions synthetic_runs(const TempDir& dir) {
                run_file("run_data_parallel", 2, 128,
                         {epoch(1, r, 2, 18, 700, {4.0, 3.3}), epoch(2, r, 2, 11 + r, 900, {3.1, 2.9}),
                          epoch(3, r, 2, 12 + r, 880, {2.8, 2.7})}));
-  write_json(dir / "runs/mp.json", run_file("run_pipeline", 1, 32,
-                                            {epoch(1, 0, 1, 50, 300, losses), epoch(2, 0, 1, 40, 400, losses),
-                                             epoch(3, 0, 1, 41, 390, losses)},
-                                            "model_parallel"));
+  json mp = run_file("run_pipeline", 1, 32,
+                     {epoch(1, 0, 1, 50, 300, losses), epoch(2, 0, 1, 40, 400, losses), epoch(3, 0, 1, 41, 390, losses)},
+                     "model_parallel");
+  mp["run"]["forward_only"] = forward_only({100, 200, 220});
+  write_json(dir / "runs/mp.json", mp);
   json pp = run_file("run_pipeline", 1, 32,
                      {epoch(1, 0, 1, 35, 450, losses), epoch(2, 0, 1, 25, 640, losses), epoch(3, 0, 1, 26, 615, losses)},
                      "pipeline_parallel");
   pp["run"]["stages"] = 2;
   pp["run"]["microbatches"] = 4;
+  pp["run"]["forward_only"] = forward_only({150, 300, 320});
   write_json(dir / "runs/pp.json", pp);
   write_json(dir / "runs/train.json",
              run_file("train", 1, 64, {epoch(1, 0, 1, 29, 820, losses), epoch(2, 0, 1, 21, 990, losses),
@@ -88,13 +98,13 @@ FigureOptions synthetic_runs(const TempDir& dir) {
   return o;
 }
 
-TEST(PlotsFigures, AllSixFiguresAreRealPngFiles) {
+TEST(PlotsFigures, AllSevenFiguresAreRealPngFiles) {
   TempDir dir;
   const FigureOptions o = synthetic_runs(dir);
   const Summary s = make_figures(o);
   EXPECT_EQ(s.notes.size(), 1u) << "only the note on the schedule's size is expected";
-  EXPECT_EQ(s.figures.size(), 6u);
-  for (const char* name : {kDpTimeFigure, kDpThroughputFigure, kPpTimeFigure, kPpThroughputFigure})
+  EXPECT_EQ(s.figures.size(), 7u);
+  for (const char* name : {kDpTimeFigure, kDpThroughputFigure, kPpTimeFigure, kPpThroughputFigure, kPpForwardFigure})
     expect_png(dir / ("submit_figures/" + std::string(name)), 800, 600);
   expect_png(dir / "submit_figures/loss_curves.png", 1000, 600);
   expect_png(dir / "submit_figures/schedule.png");
@@ -118,7 +128,7 @@ TEST(PlotsFigures, SummaryJsonHoldsTheNumbersOfTheTable) {
   EXPECT_EQ(j["schedule"]["stages"].get<int>(), 2);
   EXPECT_EQ(j["schedule"]["clocks"].get<int>(), 5);
   EXPECT_EQ(j["runs"]["pipeline"]["configuration"], "pipeline parallel, 2 stages, batch 32 in 4 micro-batches");
-  EXPECT_EQ(j["figures"].size(), 6u);
+  EXPECT_EQ(j["figures"].size(), 7u);
 }
 
 TEST(PlotsFigures, AGivenScheduleSizeWins) {
@@ -129,6 +139,20 @@ TEST(PlotsFigures, AGivenScheduleSizeWins) {
   const Summary s = make_figures(o);
   EXPECT_EQ(s.schedule.micro_batches, 3);
   EXPECT_EQ(s.schedule.stages, 3);
+}
+
+TEST(PlotsFigures, ForwardOnlyThroughputIsComparedWithTheScheduleIdeal) {
+  TempDir dir;
+  const Summary s = make_figures(synthetic_runs(dir));
+  // Epoch 1 dropped: model parallel (200 + 220) / 2 = 210, pipeline (300 + 320) / 2 = 310.
+  ASSERT_TRUE(s.speedups.pp_forward_tokens_per_sec_ratio.has_value());
+  EXPECT_NEAR(*s.speedups.pp_forward_tokens_per_sec_ratio, 310.0 / 210.0, 1e-12);
+  ASSERT_TRUE(s.speedups.pp_forward_ideal_speedup.has_value());
+  EXPECT_NEAR(*s.speedups.pp_forward_ideal_speedup, 4.0 * 2 / (4 + 2 - 1), 1e-12) << "m·p/(m+p-1), m 4, p 2";
+  expect_png(dir / "submit_figures/pp_forward_tokens_per_sec.png", 800, 600);
+  const json j = json::parse(read_text(dir / "submit_figures/summary.json"));
+  EXPECT_NEAR(j["speedups"]["pp_forward_ideal_speedup"].get<double>(), 1.6, 1e-12);
+  EXPECT_NEAR(j["runs"]["pipeline"]["forward_only_tokens_per_sec"]["mean"].get<double>(), 310.0, 1e-9);
 }
 
 TEST(PlotsFigures, MissingRunsSkipTheirFiguresWithANote) {
@@ -217,6 +241,7 @@ TEST(PlotsFigures, ValueLabelsKeepThreeSignificantDigits) {
   EXPECT_EQ(format_mean_std({12.345, 0.4321, 2}), "12.3 ± 0.4");
   EXPECT_EQ(format_mean_std({5123.4, 80.2, 2}), "5123 ± 80");
   EXPECT_EQ(format_mean_std({0.05234, 0.001, 2}), "0.0523 ± 0.0010");
+  EXPECT_EQ(format_mean_std({102.4, 0, 1}), "102 (1 epoch)") << "one epoch has no spread: no \"± 0\"";
 }
 
 }  // namespace

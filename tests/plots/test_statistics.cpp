@@ -66,6 +66,17 @@ TEST(PlotsStatistics, ASingleEpochIsKeptWithAWarning) {
   EXPECT_NE(st.warning.find("only one epoch"), std::string::npos) << st.warning;
 }
 
+TEST(PlotsStatistics, OneMeasuredEpochAfterTheWarmUpIsAWarningNotAnErrorBar) {
+  TempDir dir;
+  write_json(dir / "two.json", run_file("run_pipeline", 1, 64, {epoch(1, 0, 1, 9.0, 500), epoch(2, 0, 1, 4.0, 800)}));
+  const RunStats st = run_stats(load_run(dir / "two.json"));
+  EXPECT_TRUE(st.first_epoch_dropped);
+  EXPECT_EQ(st.epochs_used, (std::vector<int64_t>{2}));
+  EXPECT_EQ(st.training_time.n, 1u);
+  EXPECT_NE(st.warning.find("one measured epoch"), std::string::npos) << st.warning;
+  EXPECT_NE(st.warning.find("--epochs 3"), std::string::npos) << st.warning;
+}
+
 TEST(PlotsStatistics, MeanStdOfKnownValues) {
   const MeanStd s = mean_std({2, 4, 4, 4, 5, 5, 7, 9});
   EXPECT_DOUBLE_EQ(s.mean, 5.0);
