@@ -24,9 +24,16 @@ endforeach()
 # A student bundle lacks the other assignments' rubrics; package.py lists every assignment's
 # student files in grader/bundle.json, so that a later assignment's stubs are student files here
 # too (KIT_PREBUILT finds their objects where a build of the whole kit put them).
+# KIT_BUNDLE_ASSIGNMENT: the assignment a student bundle is (its "assignment"), 0 in the
+# instructor's tree and a Gradescope kit; `all` then leaves out later assignments' programs.
+set(KIT_BUNDLE_ASSIGNMENT 0)
 if(EXISTS "${CMAKE_SOURCE_DIR}/grader/bundle.json")
   file(READ "${CMAKE_SOURCE_DIR}/grader/bundle.json" _bundle)
   set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS "${CMAKE_SOURCE_DIR}/grader/bundle.json")
+  string(JSON _a ERROR_VARIABLE _none GET "${_bundle}" assignment)
+  if(NOT _none AND _a MATCHES "^[0-9]+$")
+    set(KIT_BUNDLE_ASSIGNMENT ${_a})
+  endif()
   string(JSON _n ERROR_VARIABLE _none LENGTH "${_bundle}" student_files)
   if(NOT _none AND _n GREATER 0)
     math(EXPR _last "${_n} - 1")
