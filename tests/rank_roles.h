@@ -11,16 +11,23 @@
 // expectations inside the rank (its exit code says whether they held): only for given code's
 // tests, never for a graded case.
 #pragma once
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
 #include <torch/torch.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
+#include <iostream>
 #include <map>
+#include <optional>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -71,41 +78,158 @@ struct RankRun {
   }
 };
 
+// The variables every rank of run_ranks gets, beside the role's own.
+inline std::vector<std::pair<std::string, std::string>> rank_env(int r, int n, int port, const std::string& role,
+                                                                 const std::string& records) {
+  return {{"RANK", std::to_string(r)},
+          {"WORLD_SIZE", std::to_string(n)},
+          {"MASTER_ADDR", "127.0.0.1"},
+          {"MASTER_PORT", std::to_string(port)},
+          {"KIT_STORE_HOSTED", "1"},
+          {"KIT_DIST_TIMEOUT", "10"},
+          {"OMP_NUM_THREADS", "1"},
+          {"KIT_TEST_RANK_ROLE", role},
+          {"KIT_RANK_RECORDS", records}};
+}
+
+// The failed expectations of the running test so far (a forked rank counts its own).
+inline int failed_parts() {
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  if (!info) return 0;
+  int n = 0;
+  for (int i = 0; i < info->result()->total_part_count(); ++i) n += info->result()->GetTestPartResult(i).failed();
+  return n;
+}
+
+// One rank: init the world, run the role, write its record (RANK_SUBJECT). Returns the exit
+// status: 1 when the role threw or an expectation of it failed (RANK_ROLE).
+inline int run_role(const std::string& role, int rank, int n) {
+  const int failed_before = failed_parts();
+  const auto it = roles().find(role);
+  kit::judge::Record out;
+  out.set_label(role + ", rank " + std::to_string(rank));
+  try {
+    if (it == roles().end()) throw kit::Error("no role " + role);
+    dist::init_process_group("gloo", rank, n);
+    it->second(dist::world_group(), out);
+  } catch (...) {
+    const auto o = kit::judge::current_exception_outcome();
+    out.mark("threw", o.describe());
+    ADD_FAILURE() << "rank " << rank << " " << o.describe();
+  }
+  if (kit::judge::role() == kit::judge::Role::kRank) kit::judge::finish_rank(out);
+  // A failed rank leaves at once: its peers then fail their next collective within
+  // KIT_DIST_TIMEOUT instead of waiting in the goodbye barrier.
+  if (failed_parts() > failed_before) return 1;
+  dist::destroy_process_group();
+  return 0;
+}
+
+// A rank forked from this process: it has LibTorch and the suite loaded already, so it runs
+// its role at once (an exec of the test program would start it again: 0.6 s a rank). Its
+// output goes to `log`; it dies with this process and never returns here.
+inline pid_t fork_rank(int r, int n, const std::string& role, const std::vector<std::pair<std::string, std::string>>& env,
+                       const std::string& log) {
+  std::cout.flush();
+  std::cerr.flush();
+  std::fflush(nullptr);
+  const pid_t parent = ::getpid();
+  const pid_t pid = ::fork();
+  if (pid != 0) return pid;  // this process (or -1)
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (::getppid() != parent) std::_Exit(125);
+  ::setpgid(0, 0);  // its own group, as kit::Process gives an exec'd rank
+  const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd >= 0) {
+    ::dup2(fd, 1);
+    ::dup2(fd, 2);
+    ::close(fd);
+  }
+  for (const auto& [k, v] : env) ::setenv(k.c_str(), v.c_str(), 1);
+  int code = 1;
+  for (const auto& [k, v] : env)
+    if (k == "KIT_RANK_RECORDS") kit::judge::become_rank(v);
+  try {
+    code = run_role(role, r, n);
+  } catch (...) {
+  }
+  std::cout.flush();
+  std::cerr.flush();
+  std::fflush(nullptr);
+  std::_Exit(code);  // no destructors, no atexit: they belong to the process it was forked from
+}
+
 // Runs `role` on n ranks (processes) with a short communication timeout, so that a wrong
 // submission that leaves a peer waiting fails in seconds; kills them all after timeout_s.
-// `env`: more variables for every rank (a role's parameters).
+// `env`: more variables for every rank (a role's parameters). Each rank is a fork of this
+// process; one that already belongs to a process group execs the test program instead (a fork
+// would share its group's connections).
 inline RankRun run_ranks(int n, const std::string& role, double timeout_s = 60,
                          const std::vector<std::pair<std::string, std::string>>& env = {}) {
   dp_test::TempDir dir("ranks_" + role);
   kit::RendezvousServer server(0);
+  const int port = server.rendezvous().master_port;
+  const bool by_fork = !dist::is_initialized();
   std::vector<kit::Process> procs;
+  std::vector<pid_t> pids(static_cast<size_t>(n), -1);
+  std::vector<std::optional<int>> codes(static_cast<size_t>(n));
+  const auto t0 = std::chrono::steady_clock::now();
   for (int r = 0; r < n; ++r) {
+    auto vars = rank_env(r, n, port, role, dir / ("rank" + std::to_string(r) + ".rec"));
+    for (const auto& kv : env) vars.push_back(kv);
+    const std::string log = dir / ("rank" + std::to_string(r) + ".log");
+    if (by_fork) {
+      pids[static_cast<size_t>(r)] = fork_rank(r, n, role, vars, log);
+      if (pids[static_cast<size_t>(r)] < 0) codes[static_cast<size_t>(r)] = -1;
+      continue;
+    }
     kit::Command cmd;
     cmd.argv = {fs::read_symlink("/proc/self/exe").string(), "--gtest_filter=RankRole.Run"};
-    cmd.env = {{"RANK", std::to_string(r)},
-               {"WORLD_SIZE", std::to_string(n)},
-               {"MASTER_ADDR", "127.0.0.1"},
-               {"MASTER_PORT", std::to_string(server.rendezvous().master_port)},
-               {"KIT_STORE_HOSTED", "1"},
-               {"KIT_DIST_TIMEOUT", "10"},
-               {"OMP_NUM_THREADS", "1"},
-               {"KIT_TEST_RANK_ROLE", role},
-               {"KIT_RANK_RECORDS", dir / ("rank" + std::to_string(r) + ".rec")}};
-    for (const auto& kv : env) cmd.env.push_back(kv);
-    cmd.output = dir / ("rank" + std::to_string(r) + ".log");
+    cmd.env = vars;
+    cmd.output = log;
     procs.emplace_back(cmd, r);
   }
-  const auto t0 = std::chrono::steady_clock::now();
-  for (auto& p : procs) p.start();
-  const auto deadline = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
-  for (auto& p : procs) {
-    if (!p.join_for(deadline)) p.kill(SIGKILL);
-    p.join();
+  const auto deadline = t0 + std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
+  if (by_fork) {
+    bool killed = false;
+    for (bool waiting = true; waiting;) {
+      waiting = false;
+      for (int r = 0; r < n; ++r) {
+        const pid_t pid = pids[static_cast<size_t>(r)];
+        if (codes[static_cast<size_t>(r)] || pid <= 0) continue;
+        int status = 0;
+        const pid_t got = ::waitpid(pid, &status, killed ? 0 : WNOHANG);
+        if (got == 0) {
+          waiting = true;
+          continue;
+        }
+        codes[static_cast<size_t>(r)] = got < 0 ? -1 : WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+      }
+      if (waiting && !killed && std::chrono::steady_clock::now() >= deadline) {
+        for (int r = 0; r < n; ++r) {
+          const pid_t pid = pids[static_cast<size_t>(r)];
+          if (codes[static_cast<size_t>(r)] || pid <= 0) continue;
+          ::kill(-pid, SIGKILL);  // its group: what it started
+          ::kill(pid, SIGKILL);   // and itself, before it made the group
+        }
+        killed = true;
+      } else if (waiting && !killed) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+    }
+  } else {
+    for (auto& p : procs) p.start();
+    for (auto& p : procs) {
+      if (!p.join_for(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now())))
+        p.kill(SIGKILL);
+      p.join();
+      codes[static_cast<size_t>(p.rank())] = p.exitcode().value_or(-1);
+    }
   }
   RankRun out;
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   for (int r = 0; r < n; ++r) {
-    out.exitcodes.push_back(procs[static_cast<size_t>(r)].exitcode().value_or(-1));
+    out.exitcodes.push_back(codes[static_cast<size_t>(r)].value_or(-1));
     std::string log = dp_test::read_file(dir / ("rank" + std::to_string(r) + ".log"));
     if (log.size() > 6000) log = "[... " + std::to_string(log.size() - 6000) + " bytes left out]\n" + log.substr(log.size() - 6000);
     out.logs.push_back(log);
@@ -196,29 +320,12 @@ void expect_error_naming(Fn fn, const std::vector<std::string>& parts, const std
   }
 }
 
-// The body of RankRole.Run: init the world, run the role named by KIT_TEST_RANK_ROLE, and
-// exit 1 when any of its expectations failed (skipped in a normal run of the suite).
+// The body of RankRole.Run (a rank exec'd by run_ranks): the role named by KIT_TEST_RANK_ROLE;
+// exit 1 when it failed (skipped in a normal run of the suite).
 inline void run_role_of_this_rank() {
   const char* role = std::getenv("KIT_TEST_RANK_ROLE");
   if (!role) GTEST_SKIP() << "runs only as a rank started by run_ranks";
-  const int rank = std::atoi(std::getenv("RANK")), n = std::atoi(std::getenv("WORLD_SIZE"));
-  const auto it = roles().find(role);
-  ASSERT_NE(it, roles().end()) << "no role " << role;
-  kit::judge::Record out;
-  out.set_label(std::string(role) + ", rank " + std::to_string(rank));
-  try {
-    dist::init_process_group("gloo", rank, n);
-    it->second(dist::world_group(), out);
-  } catch (...) {
-    const auto o = kit::judge::current_exception_outcome();
-    out.mark("threw", o.describe());
-    ADD_FAILURE() << "rank " << rank << " " << o.describe();
-  }
-  if (kit::judge::role() == kit::judge::Role::kRank) kit::judge::finish_rank(out);
-  // A failed rank leaves at once: its peers then fail their next collective within
-  // KIT_DIST_TIMEOUT instead of waiting in the goodbye barrier.
-  if (::testing::Test::HasFailure()) std::_Exit(1);
-  dist::destroy_process_group();
+  if (run_role(role, std::atoi(std::getenv("RANK")), std::atoi(std::getenv("WORLD_SIZE"))) != 0) std::_Exit(1);
 }
 
 }  // namespace rank_test

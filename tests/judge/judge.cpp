@@ -402,6 +402,10 @@ bool become_judge(const std::string& stream, const std::string& subject_status, 
 }
 
 void become_rank(const std::string& path) {
+  // A rank forked from a subject does not write into the subject's channel: its record goes
+  // to its own file, which the subject reads back.
+  if (state().fd >= 0) ::close(state().fd);
+  state().fd = -1;
   state().role = Role::kRank;
   state().rank_path = path;
 }
