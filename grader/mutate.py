@@ -5,6 +5,8 @@ they catch.
     python3 grader/mutate.py list [--assignment N] [--function NAME ...]
     python3 grader/mutate.py run  [--assignment N] [--function NAME ...] [--per-function K]
                                   [--seed S] --work DIR [--report FILE] [--jobs J]
+    python3 grader/mutate.py report --log RUN.log [the run's --assignment --function --per-function --seed]
+                                  --report FILE   # a run's report again (after marking equivalents)
 
 A mutant is the reference solution with one small change inside one student function's
 marked region (// BEGIN SOLUTION <problem> <function> ... // END SOLUTION), made by a rule:
@@ -282,9 +284,29 @@ def report(results, assignment, seconds, argv_line):
     return "\n".join(lines) + "\n"
 
 
+LOG_LINE = re.compile(r"^\[(\d+)/(\d+) (\d+) s\] (killed|survived|not compiled|no item)\s+([0-9a-f]+) ")
+
+
+def results_from_log(ms, text):
+    """(results, seconds) of a run from what it printed: every sampled mutant's status by its id.
+    kit.Error-like SystemExit when the log is not of this sample (other arguments, cut short)."""
+    status, seconds = {}, 0
+    for line in text.splitlines():
+        m = LOG_LINE.match(line)
+        if m:
+            status[m.group(5)] = m.group(4)
+            seconds = int(m.group(3))
+    missing = [m["id"] for m in ms if m["id"] not in status]
+    if missing:
+        raise SystemExit(f"error: the log has no status for {len(missing)} of the {len(ms)} sampled mutants "
+                         f"({', '.join(missing[:3])}...): give the run's own --assignment, --function, "
+                         "--per-function and --seed, and the log of a run that finished")
+    return [(m, status[m["id"]]) for m in ms], seconds
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("command", choices=("list", "run"))
+    ap.add_argument("command", choices=("list", "run", "report"))
     ap.add_argument("--assignment", type=int, default=1)
     ap.add_argument("--function", nargs="*", help="only these student functions (the names in the markers)")
     ap.add_argument("--per-function", type=int, default=0, help="sample at most K mutants per function (0: all)")
@@ -292,7 +314,8 @@ def main(argv=None):
     ap.add_argument("--work", type=Path, help="the grader's work dir (run); reuse it: each mutant is an incremental build")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--prebuilt", type=Path, metavar="BUILD", help="grade.py --prebuilt (run): as the self-tests")
-    ap.add_argument("--report", type=Path, help="write the markdown report here (run)")
+    ap.add_argument("--report", type=Path, help="write the markdown report here (run, report)")
+    ap.add_argument("--log", type=Path, help="report: what a finished run printed")
     ap.add_argument("--min-score", type=float, default=0,
                     help="exit 1 when a function's score (percent) is below this (run)")
     args = ap.parse_args(argv)
@@ -301,6 +324,17 @@ def main(argv=None):
         for m in ms:
             print(f"{m['id']}  {m['problem']} {m['function']}  " + diff_of(m).replace("\n", "  "))
         print(f"{len(ms)} mutants")
+        return 0
+    if args.command == "report":
+        if not args.log or not args.report:
+            ap.error("report needs --log RUN.log and --report FILE")
+        results, seconds = results_from_log(ms, args.log.read_text())
+        run_line = ["run", "--assignment", str(args.assignment)] + \
+            (["--function"] + args.function if args.function else []) + \
+            ["--per-function", str(args.per_function), "--seed", str(args.seed)]
+        args.report.write_text(report(results, args.assignment, seconds,
+                                      "python3 grader/mutate.py " + " ".join(run_line) + " ..."))
+        print(f"wrote {args.report}")
         return 0
     if not args.work:
         ap.error("run needs --work DIR")

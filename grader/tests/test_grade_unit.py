@@ -504,6 +504,16 @@ class Mutants(unittest.TestCase):
     def rules(self, code):
         return {(r, new) for r, new in mutate.line_mutants(code)}
 
+    def test_a_finished_runs_log_gives_its_results_again(self):
+        ms = [{"id": "aa11"}, {"id": "bb22"}, {"id": "cc33"}]
+        log = ("[1/3 40 s] killed       aa11 f: x  ->  y  {}\n[2/3 70 s] not compiled bb22 f: x  ->  y  {}\n"
+               "noise\n[3/3 99 s] survived     cc33 g: x  ->  y  {}\n")
+        results, seconds = mutate.results_from_log(ms, log)
+        self.assertEqual([st for _, st in results], ["killed", "not compiled", "survived"])
+        self.assertEqual(seconds, 99)
+        with self.assertRaisesRegex(SystemExit, "no status for 1 of the 4"):
+            mutate.results_from_log(ms + [{"id": "dd44"}], log)
+
     def test_each_rule_makes_its_change(self):
         got = self.rules("  for (int64_t j = std::max<int64_t>(0, k - m + 1); j <= n; ++j)")
         for want in [("relational", "  for (int64_t j = std::max<int64_t>(0, k - m + 1); j < n; ++j)"),
