@@ -128,12 +128,16 @@ TP_SUBJECT(vocab_parallel_cross_entropy_boundaries) { cross_entropy(group, 0, 3,
 
 // Embedding and cross-entropy on tensor groups smaller than the world: world 4, groups {0, 2}
 // and {1, 3} (a rank's vocabulary range comes from its rank in the group, not in the world).
+// Last, each group's logits lie far from the other's (around 0 on {0, 2}, 1e4 on {1, 3}): a max
+// taken over the world instead of the group shifts {0, 2}'s logits by -1e4, where exp is 0.
+double apart_offset(int world_rank) { return world_rank % 2 == 0 ? 0 : 1e4; }
 TP_SUBJECT(vocab_subgroups) {
   const kit::dist::Group mine = tp_test::strided_pair_group();
   tp_test::record_group(mine, out);
   embedding(mine, kFullVocab, out, "embedding.");
   cross_entropy(mine, 0, 3, false, out, "ce.");
   cross_entropy(mine, 0, 3, true, out, "ce_boundaries.");
+  cross_entropy(mine, apart_offset(group.rank()), 2, false, out, "ce_apart.");
 }
 
 TEST(TPVocab, EmbeddingEqualsFullEmbeddingForTokensOfEveryRank) {
@@ -164,6 +168,7 @@ TEST(TPVocab, EmbeddingAndCrossEntropyOnTensorGroupsSmallerThanTheWorld) {
                        check_embedding(got, w / 2, 2, kFullVocab, "embedding.");
                        check_cross_entropy(got, w / 2, 2, 0, 3, false, "ce.");
                        check_cross_entropy(got, w / 2, 2, 0, 3, true, "ce_boundaries.");
+                       check_cross_entropy(got, w / 2, 2, apart_offset(w), 2, false, "ce_apart.");
                      });
 }
 
