@@ -35,6 +35,7 @@
 #include "dist/dist.h"
 #include "dist/launch.h"
 #include "judge/judge.h"
+#include "kit/compat.h"
 #include "kit/errors.h"
 
 namespace rank_test {
@@ -162,14 +163,14 @@ inline pid_t fork_rank(int r, int n, const std::string& role, const std::vector<
 // Runs `role` on n ranks (processes) with a short communication timeout, so that a wrong
 // submission that leaves a peer waiting fails in seconds; kills them all after timeout_s.
 // `env`: more variables for every rank (a role's parameters). Each rank is a fork of this
-// process; one that already belongs to a process group execs the test program instead (a fork
-// would share its group's connections).
+// process (KIT_FORK_RANKS, kit/compat.h: LibTorch 1.13); one that already belongs to a process
+// group, or on LibTorch 2.x, execs the test program instead.
 inline RankRun run_ranks(int n, const std::string& role, double timeout_s = 60,
                          const std::vector<std::pair<std::string, std::string>>& env = {}) {
   dp_test::TempDir dir("ranks_" + role);
   kit::RendezvousServer server(0);
   const int port = server.rendezvous().master_port;
-  const bool by_fork = !dist::is_initialized();
+  const bool by_fork = KIT_FORK_RANKS && !dist::is_initialized();
   std::vector<kit::Process> procs;
   std::vector<pid_t> pids(static_cast<size_t>(n), -1);
   std::vector<std::optional<int>> codes(static_cast<size_t>(n));
