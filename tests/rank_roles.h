@@ -128,9 +128,9 @@ inline int run_role(const std::string& role, int rank, int n) {
 
 // A rank forked from this process: it has LibTorch and the suite loaded already, so it runs
 // its role at once (an exec of the test program would start it again: 0.6 s a rank). Its
-// output goes to `log`; it dies with this process and never returns here.
+// output goes to `log`, its record to `records`; it dies with this process and never returns here.
 inline pid_t fork_rank(int r, int n, const std::string& role, const std::vector<std::pair<std::string, std::string>>& env,
-                       const std::string& log) {
+                       const std::string& log, const std::string& records) {
   std::cout.flush();
   std::cerr.flush();
   std::fflush(nullptr);
@@ -147,9 +147,8 @@ inline pid_t fork_rank(int r, int n, const std::string& role, const std::vector<
     ::close(fd);
   }
   for (const auto& [k, v] : env) ::setenv(k.c_str(), v.c_str(), 1);
+  kit::judge::become_rank(records);
   int code = 1;
-  for (const auto& [k, v] : env)
-    if (k == "KIT_RANK_RECORDS") kit::judge::become_rank(v);
   try {
     code = run_role(role, r, n);
   } catch (...) {
@@ -176,11 +175,12 @@ inline RankRun run_ranks(int n, const std::string& role, double timeout_s = 60,
   std::vector<std::optional<int>> codes(static_cast<size_t>(n));
   const auto t0 = std::chrono::steady_clock::now();
   for (int r = 0; r < n; ++r) {
-    auto vars = rank_env(r, n, port, role, dir / ("rank" + std::to_string(r) + ".rec"));
+    const std::string records = dir / ("rank" + std::to_string(r) + ".rec");
+    auto vars = rank_env(r, n, port, role, records);
     for (const auto& kv : env) vars.push_back(kv);
     const std::string log = dir / ("rank" + std::to_string(r) + ".log");
     if (by_fork) {
-      pids[static_cast<size_t>(r)] = fork_rank(r, n, role, vars, log);
+      pids[static_cast<size_t>(r)] = fork_rank(r, n, role, vars, log, records);
       if (pids[static_cast<size_t>(r)] < 0) codes[static_cast<size_t>(r)] = -1;
       continue;
     }
