@@ -28,8 +28,11 @@ Each mutant is graded by grade.py, through its build and sandbox, on the rubric 
 problem that use its file (public and hidden cases). It is killed when any of those items loses
 points, survives when they all keep full marks, and does not count when it does not compile.
 grader/mutation/equivalent.json lists mutants reviewed as equivalent (same behaviour as the
-solution), one reason each; they count neither way. The score of a function is
-killed / (compiled - equivalent). `run` writes a markdown report with every survivor's diff.
+solution), one reason each; they count neither way. grader/mutation/needs_gpu.json lists those
+that change only what runs with tensors on a GPU (a CUDA branch), which a CPU grade cannot see;
+they are reported in their own column and count neither way either. The score of a function is
+killed / (compiled - equivalent - needs GPU). `run` writes a markdown report with every
+survivor's diff.
 """
 import argparse
 import hashlib
@@ -48,6 +51,12 @@ sys.path.insert(0, str(GRADER))
 import grade  # noqa: E402
 
 EQUIVALENT = GRADER / "mutation" / "equivalent.json"
+NEEDS_GPU = GRADER / "mutation" / "needs_gpu.json"
+
+
+def reviewed(path: Path) -> dict:
+    """{mutant id: the reason} from a review file (equivalent.json, needs_gpu.json)."""
+    return json.loads(path.read_text()) if path.exists() else {}
 BEGIN = re.compile(r"^\s*//\s*BEGIN SOLUTION\s+(\S+)\s+(\S+)")
 END = re.compile(r"^\s*//\s*END SOLUTION")
 
@@ -246,38 +255,42 @@ def diff_of(m):
 
 def report(results, assignment, seconds, argv_line):
     """The markdown report: per function and in all, then every survivor's diff."""
-    equivalent = json.loads(EQUIVALENT.read_text()) if EQUIVALENT.exists() else {}
-    rows, survivors, tot = {}, [], {"generated": 0, "compiled": 0, "killed": 0, "survived": 0, "equivalent": 0}
+    equivalent, needs_gpu = reviewed(EQUIVALENT), reviewed(NEEDS_GPU)
+    zero = {"generated": 0, "compiled": 0, "killed": 0, "survived": 0, "equivalent": 0, "needs GPU": 0}
+    rows, survivors, tot = {}, [], dict(zero)
     for m, status in results:
         key = (m["problem"], m["function"])
-        r = rows.setdefault(key, {"generated": 0, "compiled": 0, "killed": 0, "survived": 0, "equivalent": 0})
+        r = rows.setdefault(key, dict(zero))
         r["generated"] += 1
         if status in ("not compiled", "no item"):
             continue
         r["compiled"] += 1
         if m["id"] in equivalent:
             r["equivalent"] += 1
+        elif m["id"] in needs_gpu:
+            r["needs GPU"] += 1
         elif status == "killed":
             r["killed"] += 1
         else:
             r["survived"] += 1
             survivors.append(m)
     lines = [f"## Assignment {assignment}", "", f"`{argv_line}`: {seconds / 60:.0f} minutes.", "",
-             "| problem | function | generated | compiled | killed | survived | equivalent | score |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "| problem | function | generated | compiled | killed | survived | equivalent | needs GPU | score |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for (problem, function), r in sorted(rows.items()):
         for k in tot:
             tot[k] += r[k]
-        live = r["compiled"] - r["equivalent"]
+        live = r["compiled"] - r["equivalent"] - r["needs GPU"]
         score = f"{100 * r['killed'] / live:.0f} %" if live else "n/a"
         lines.append(f"| {problem} | `{function}` | {r['generated']} | {r['compiled']} | {r['killed']} | "
-                     f"{r['survived']} | {r['equivalent']} | {score} |")
-    live = tot["compiled"] - tot["equivalent"]
+                     f"{r['survived']} | {r['equivalent']} | {r['needs GPU']} | {score} |")
+    live = tot["compiled"] - tot["equivalent"] - tot["needs GPU"]
     lines.append(f"| all | | {tot['generated']} | {tot['compiled']} | {tot['killed']} | {tot['survived']} | "
-                 f"{tot['equivalent']} | {100 * tot['killed'] / live:.0f} % |" if live else "| all | | 0 | | | | | |")
+                 f"{tot['equivalent']} | {tot['needs GPU']} | {100 * tot['killed'] / live:.0f} % |"
+                 if live else "| all | | 0 | | | | | | |")
     if survivors:
-        lines += ["", "Surviving mutants (each to be killed by a new case or marked equivalent in "
-                  "`grader/mutation/equivalent.json` with its reason):", ""]
+        lines += ["", "Surviving mutants (each to be killed by a new case, or marked with its reason in "
+                  "`grader/mutation/equivalent.json` or, for a CUDA branch, `needs_gpu.json`):", ""]
         for m in survivors:
             lines += [f"- `{m['id']}` `{m['function']}`:", "", "  ```diff"] + \
                      ["  " + l for l in diff_of(m).splitlines()] + ["  ```", ""]
@@ -352,11 +365,11 @@ def main(argv=None):
             args.report.write_text(partial + report(results, args.assignment, time.time() - t0, argv_line))
     text = report(results, args.assignment, time.time() - t0, argv_line)
     print(text)
-    equivalent = json.loads(EQUIVALENT.read_text()) if EQUIVALENT.exists() else {}
+    left_out = {**reviewed(EQUIVALENT), **reviewed(NEEDS_GPU)}
     low = []
     by_fn = {}
     for m, st in results:
-        if st in ("killed", "survived") and m["id"] not in equivalent:
+        if st in ("killed", "survived") and m["id"] not in left_out:
             by_fn.setdefault(m["function"], []).append(st == "killed")
     for fn, ks in by_fn.items():
         if 100 * sum(ks) / len(ks) < args.min_score:

@@ -514,6 +514,25 @@ class Mutants(unittest.TestCase):
         with self.assertRaisesRegex(SystemExit, "no status for 1 of the 4"):
             mutate.results_from_log(ms + [{"id": "dd44"}], log)
 
+    def test_equivalent_and_gpu_only_mutants_count_apart_from_the_score(self):
+        def m(i):
+            return {"id": i, "problem": "P", "function": "f", "file": "x.cpp", "line": 1, "rule": "r",
+                    "old": "a", "new": "b"}
+        with tempfile.TemporaryDirectory() as d:
+            eq, gpu = Path(d) / "eq.json", Path(d) / "gpu.json"
+            eq.write_text(json.dumps({"e1": "same behaviour"}))
+            gpu.write_text(json.dumps({"g1": "a CUDA branch"}))
+            saved = mutate.EQUIVALENT, mutate.NEEDS_GPU
+            mutate.EQUIVALENT, mutate.NEEDS_GPU = eq, gpu
+            try:
+                text = mutate.report([(m("k1"), "killed"), (m("s1"), "survived"), (m("e1"), "survived"),
+                                      (m("g1"), "survived")], 3, 60, "cmd")
+            finally:
+                mutate.EQUIVALENT, mutate.NEEDS_GPU = saved
+        self.assertIn("| P | `f` | 4 | 4 | 1 | 1 | 1 | 1 | 50 % |", text)
+        self.assertIn("`s1`", text)  # the one true survivor is listed with its diff
+        self.assertNotIn("`g1`", text)
+
     def test_each_rule_makes_its_change(self):
         got = self.rules("  for (int64_t j = std::max<int64_t>(0, k - m + 1); j <= n; ++j)")
         for want in [("relational", "  for (int64_t j = std::max<int64_t>(0, k - m + 1); j < n; ++j)"),
@@ -584,7 +603,7 @@ class Mutants(unittest.TestCase):
         ms = mutate.all_mutants(1, ["clock_cycles"])[:4]
         text = mutate.report([(ms[0], "killed"), (ms[1], "survived"), (ms[2], "not compiled"), (ms[3], "killed")],
                              1, 60, "python3 grader/mutate.py run")
-        self.assertIn("| 2.1 | `clock_cycles` | 4 | 3 | 2 | 1 | 0 | 67 % |", text)
+        self.assertIn("| 2.1 | `clock_cycles` | 4 | 3 | 2 | 1 | 0 | 0 | 67 % |", text)
         self.assertIn(ms[1]["id"], text)
 
 

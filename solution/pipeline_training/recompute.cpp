@@ -17,11 +17,10 @@ using torch::autograd::variable_list;
 
 // What the backward needs besides the input, kept in the context's saved_data as an IValue
 // capsule (c10::IValue::make_capsule; back with .toCapsule() and
-// c10::static_intrusive_pointer_cast<Saved>): the block, and the generator states.
+// c10::static_intrusive_pointer_cast<Saved>): the block, and the generators' states.
 struct Saved : torch::CustomClassHolder {
   BlockFn block;
-  torch::Tensor cpu_rng, cuda_rng;  // cuda_rng: when x is on a GPU
-  c10::Device device{torch::kCPU};
+  GeneratorStates rng;  // save_generators(x.device()) in the forward
 };
 
 struct RecomputeFunction : torch::autograd::Function<RecomputeFunction> {
@@ -29,18 +28,7 @@ struct RecomputeFunction : torch::autograd::Function<RecomputeFunction> {
     // BEGIN SOLUTION 6.3 RecomputeFunction::forward
     auto saved = c10::make_intrusive<Saved>();
     saved->block = block;
-    saved->device = x.device();
-    {
-      // The states the block's dropout will start from, taken under the generators' locks.
-      at::Generator cpu = at::globalContext().defaultGenerator(torch::kCPU);
-      std::lock_guard<std::mutex> lock(cpu.mutex());
-      saved->cpu_rng = cpu.get_state();
-    }
-    if (x.is_cuda()) {
-      at::Generator cuda = at::globalContext().defaultGenerator(x.device());
-      std::lock_guard<std::mutex> lock(cuda.mutex());
-      saved->cuda_rng = cuda.get_state();
-    }
+    saved->rng = save_generators(x.device());  // the states the block's dropout starts from
     ctx->saved_data["saved"] = c10::IValue::make_capsule(saved);
     ctx->saved_data["x"] = x.detach();  // the same storage: nothing new is kept
     torch::NoGradGuard no_grad;         // no graph: the block's activations die here
@@ -53,33 +41,14 @@ struct RecomputeFunction : torch::autograd::Function<RecomputeFunction> {
     auto saved = c10::static_intrusive_pointer_cast<Saved>(ctx->saved_data["saved"].toCapsule());
     const torch::Tensor input = ctx->saved_data["x"].toTensor().detach().requires_grad_(true);
     // Swap the forward's generator states in, and the current ones back afterwards.
-    at::Generator cpu = at::globalContext().defaultGenerator(torch::kCPU);
-    at::Generator cuda;
-    torch::Tensor cpu_now, cuda_now;
-    {
-      std::lock_guard<std::mutex> lock(cpu.mutex());
-      cpu_now = cpu.get_state();
-      cpu.set_state(saved->cpu_rng);
-    }
-    if (saved->cuda_rng.defined()) {
-      cuda = at::globalContext().defaultGenerator(saved->device);
-      std::lock_guard<std::mutex> lock(cuda.mutex());
-      cuda_now = cuda.get_state();
-      cuda.set_state(saved->cuda_rng);
-    }
+    const GeneratorStates now = save_generators(saved->rng.device);
+    restore_generators(saved->rng);
     torch::Tensor output;
     {
       torch::AutoGradMode enable_grad(true);  // the engine runs backward with gradients off
       output = saved->block(input);
     }
-    {
-      std::lock_guard<std::mutex> lock(cpu.mutex());
-      cpu.set_state(cpu_now);
-    }
-    if (cuda_now.defined()) {
-      std::lock_guard<std::mutex> lock(cuda.mutex());
-      cuda.set_state(cuda_now);
-    }
+    restore_generators(now);
     torch::autograd::backward({output}, {grads[0]});  // the parameters' gradients accumulate
     return {torch::Tensor(), input.grad()};           // none for the block, x's for x
     // END SOLUTION

@@ -17,11 +17,10 @@ using torch::autograd::variable_list;
 
 // What the backward needs besides the input, kept in the context's saved_data as an IValue
 // capsule (c10::IValue::make_capsule; back with .toCapsule() and
-// c10::static_intrusive_pointer_cast<Saved>): the block, and the generator states.
+// c10::static_intrusive_pointer_cast<Saved>): the block, and the generators' states.
 struct Saved : torch::CustomClassHolder {
   BlockFn block;
-  torch::Tensor cpu_rng, cuda_rng;  // cuda_rng: when x is on a GPU
-  c10::Device device{torch::kCPU};
+  GeneratorStates rng;  // save_generators(x.device()) in the forward
 };
 
 struct RecomputeFunction : torch::autograd::Function<RecomputeFunction> {

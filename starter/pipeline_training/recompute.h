@@ -32,9 +32,9 @@
 // theirs by accumulation into .grad, as in any backward. As torch.utils.checkpoint's
 // (reentrant) implementation, the output records a graph only when x requires a gradient:
 // in a pipeline stage it always does (a received activation, or the embeddings' output).
-// The generators: at::globalContext().defaultGenerator(device) (torch::kCPU, or x's CUDA
-// device), get_state() / set_state() under the generator's mutex(). LibTorch 1.13 and 2.x
-// have the same autograd and generator calls for this; nothing goes through kit/compat.h.
+// The generators' states are taken and put back by the given save_generators and
+// restore_generators below (the CPU generator, and x's GPU's when x is on a GPU). LibTorch 1.13
+// and 2.x have the same autograd and generator calls for this; nothing goes through kit/compat.h.
 #pragma once
 #include <torch/types.h>
 
@@ -49,13 +49,23 @@ using BlockFn = std::function<torch::Tensor(const torch::Tensor&)>;
 // Student code (Problem 6.3, pipeline_training/recompute.cpp): block(x), keeping only x for
 // the backward, which runs block again on it. A custom autograd function
 // (torch::autograd::Function<T>): its forward runs the block under NoGradGuard and saves x
-// detached and the generator state; its backward restores that state (putting back the
-// current one afterwards), re-runs the block with gradients on (the engine runs a backward
+// detached and the generators' states (save_generators); its backward restores those
+// (restore_generators, having saved the current ones to put back afterwards), re-runs the block with gradients on (the engine runs a backward
 // with them off) on a detached copy of x that requires grad, back-propagates the incoming
 // gradient through that output with torch::autograd::backward, and returns x's gradient.
 torch::Tensor recompute(const BlockFn& block, const torch::Tensor& x);
 
 // ---- given (recompute_given.cpp) --------------------------------------------------------
+
+// The states of the random generators a block on `device` draws its dropout masks from: the
+// CPU's, and the device's own when it is a GPU. Each is taken and set under its generator's
+// mutex (at::globalContext().defaultGenerator(device), get_state() / set_state()).
+struct GeneratorStates {
+  torch::Tensor cpu, cuda;  // cuda: defined when device is a GPU
+  c10::Device device{torch::kCPU};
+};
+GeneratorStates save_generators(const c10::Device& device);
+void restore_generators(const GeneratorStates& states);  // kit::Error if `states` was never saved
 
 // How often the stages ran a block, since the last reset, in this process (every thread).
 // forwards: every call of a block's forward; recomputed: those of them made inside a

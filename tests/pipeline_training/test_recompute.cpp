@@ -6,7 +6,8 @@
 //     without recomputation to 1e-12. A recomputation that does not restore the generator's
 //     state draws other dropout masks and is off by the scale of a gradient; one run under
 //     NoGradGuard gives the parameters no gradient. The random numbers drawn after the
-//     backward are the ones drawn without recomputation (the state is put back).
+//     backward are the ones drawn without recomputation (the state is put back). Two
+//     backwards through a kept graph (retain_graph) give the same input gradient twice.
 //   - Memory (kit/memory.h's counting allocator): the bytes a middle stage's forward keeps
 //     alive with recomputation are its input, its blocks' outputs (the next blocks' inputs
 //     and the stage's output): (blocks + 1) x b x T x C x 8, plus at most 16 KiB per block
@@ -170,6 +171,42 @@ TEST(Recompute, OneBlockGradientsEqualWithDropout) {
   EXPECT_TRUE(torch::equal(rec.after, plain.after))
       << "the random numbers drawn after the backward differ from those without recomputation: after the "
       << "recomputation the generator must get back the state it had before the backward restored the forward's";
+}
+
+// The graph kept (retain_graph) and back-propagated twice: the recomputation runs twice, and
+// each run must give the first one's gradients. A backward that re-runs the block on the saved
+// input itself (no fresh detach()) accumulates the input's gradient across the two: the second
+// is twice the first.
+TEST(Recompute, TwoBackwardsThroughAKeptGraphGiveTheSameGradients) {
+  const judge::Record got = judge::subject(
+      [&](judge::Record& out) {
+        kit::GPT2 full = rc_model(1);
+        kit::Block block(full->h->ptr<kit::BlockImpl>(0));
+        block->train();
+        torch::manual_seed(kRcSeed + 2);  // run_one_block's input, weighting and dropout masks
+        const torch::Tensor x =
+            torch::randn({kRcBatch, kRcSeqLen, full->config().n_embd}, torch::kFloat64).requires_grad_(true);
+        const torch::Tensor weight = torch::randn_like(x);
+        kit::BlockImpl* b = block.get();
+        torch::manual_seed(kRcSeed + 3);
+        const torch::Tensor y = kit::pp::recompute([b](const torch::Tensor& in) { return b->forward(in); }, x);
+        const torch::Tensor loss = (y * weight).sum();
+        loss.backward({}, /*retain_graph=*/true);
+        out.put("first", x.grad().defined() ? x.grad().clone() : torch::Tensor());
+        if (x.grad().defined()) x.grad().zero_();
+        loss.backward();
+        out.put("second", x.grad().defined() ? x.grad().clone() : torch::Tensor());
+      },
+      "two backwards through one recomputed block");
+  if (!judge::judging()) return;
+  const torch::Tensor first = got.get<torch::Tensor>("first"), second = got.get<torch::Tensor>("second");
+  ASSERT_TRUE(first.defined() && second.defined()) << "the input got no gradient: backward must return it";
+  EXPECT_LE((first - run_one_block(false).x_grad).abs().max().item<double>(), 1e-12)
+      << "the first backward's input gradient is not the block's without recomputation";
+  EXPECT_LE((second - first).abs().max().item<double>(), 1e-12)
+      << "the second backward gave the input a gradient " << (second / first).mean().item<double>()
+      << " times the first: each backward must re-run the block on a fresh leaf (the saved input detach()ed "
+      << "again), not on the saved tensor itself, whose .grad keeps what the last backward left";
 }
 
 // A whole one-stage model (stage 0 of 1: ids -> logits -> loss), two blocks.
