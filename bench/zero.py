@@ -94,7 +94,7 @@ def zero_run(args, preset, optimizer, label, st):
         "memory_per_rank": [{"parameters": m["parameter_bytes"], "gradients": m["gradient_bytes"],
                              "gradients_after_backward": m["gradient_peak_bytes"],
                              "optimizer_state": m["optimizer_state_bytes"],
-                             # null on a GPU (kit::memory counts CPU tensors): drawn as 0
+                             # null where kit::memory cannot count (a CUDA device with a CPU LibTorch): drawn as 0
                              "activations": m["activation_bytes"] or 0,
                              "activations_measured": m["activation_bytes"] is not None,
                              "peak_tensor_bytes": m["peak_tensor_bytes"],

@@ -100,7 +100,7 @@ def zero_run(args, preset, n, optimizer, st):
                              "gradients_after_backward": m["gradient_peak_bytes"],
                              "optimizer_state": m["optimizer_state_bytes"],
                              "counted": m["parameter_bytes"] + m["gradient_bytes"] + m["optimizer_state_bytes"],
-                             # null on a GPU (kit::memory counts CPU tensors)
+                             # null where kit::memory cannot count the device
                              "activations": m["activation_bytes"],
                              "peak_tensor_bytes": m["peak_tensor_bytes"], "peak_rss": m["peak_rss_bytes"]}
                             for m in ranks],

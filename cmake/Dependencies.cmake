@@ -104,5 +104,13 @@ set(KIT_TORCH_LIBRARIES ${TORCH_LIBRARIES})
 include(cmake/TorchCompat.cmake)   # differences between LibTorch builds
 set(KIT_DEFINITIONS "")
 message(STATUS "LibTorch ${Torch_VERSION} at ${TORCH_INSTALL_PREFIX}")
+# KIT_HAVE_CUDA: this LibTorch is a CUDA build (it links c10_cuda), so kit/memory.cpp can read
+# the CUDA caching allocator's statistics. Whether a GPU is there is asked at run time.
+if(C10_CUDA_LIBRARY OR TORCH_CUDA_LIBRARIES)
+  set(KIT_HAVE_CUDA 1)
+else()
+  set(KIT_HAVE_CUDA 0)
+endif()
+list(APPEND KIT_DEFINITIONS KIT_HAVE_CUDA=${KIT_HAVE_CUDA})
 
 include(cmake/Distributed.cmake)

@@ -122,8 +122,9 @@ int worker_main(const Run3DOptions& o, const kit::WorldInfo& world) {
   check_options(o, W);
   kit::dist::init_process_group(o.backend, rank, W);
   kit::set_threads(o.run.train.threads);
-  const bool count_memory = kit::dist::device().is_cpu();
-  if (count_memory) kit::memory::enable_cpu_counting();
+  const torch::Device device = kit::dist::device();
+  kit::memory::enable_counting(device);  // tensor bytes on the rank's device (kit/memory.h)
+  const bool count_memory = kit::memory::why_not_counted(device).empty();
   const kit::GPT2Config cfg = config_of(o);
   const kit::grid::ProcessGrid grid = kit::grid::make_process_grid(o.grid);
   const auto& c = grid.coords;
@@ -156,11 +157,11 @@ int worker_main(const Run3DOptions& o, const kit::WorldInfo& world) {
   std::vector<kit::trace::Event> trace_events;  // --trace: every timed step's
   for (int64_t k = 0; k < o.steps; ++k) {
     timer.start(k);
-    kit::memory::reset_cpu_peak();
+    kit::memory::reset_peak(device);
     const kit::TokenBatch& b = batches[static_cast<size_t>(k)];
     const auto r = trainer.step(b.idx, b.labels, b.mask);
     timer.record(r.seconds);
-    peak_tensor_bytes = std::max(peak_tensor_bytes, kit::memory::cpu_bytes_peak());
+    peak_tensor_bytes = std::max(peak_tensor_bytes, kit::memory::bytes_peak(device));
     losses.push_back(r.loss);
     if (timer.timed(k) && !o.trace.empty())
       for (auto& e : kit::pp::measured_events(r.batch, rank, {o.virtual_chunks, 1}, k))

@@ -110,7 +110,7 @@ int main(int argc, char** argv) {
   help.n_layer = "Transformer blocks (default: the preset's); at least v * p";
   help.batch_size = "Rows per batch (the whole pipeline's batch)";
   kit::add_model_options(app, o, help);
-  app.add_flag("--memory", o.memory, "Count CPU tensor bytes (kit/memory.h) and report what each batch kept alive "
+  app.add_flag("--memory", o.memory, "Count the tensor bytes on the rank's device, CPU or GPU (kit/memory.h), and report what each batch kept alive "
                                      "per rank (metrics and --timeline JSON)");
   app.add_flag("--recompute", o.recompute,
                "Activation recomputation (Problem 6.3): each stage keeps only its blocks' inputs and runs every "
@@ -147,11 +147,11 @@ int worker_main(const PpOptions& o, const kit::WorldInfo& world) {
   const int rank = world.rank, W = world.world_size;
   const pp::Schedules schedules = checked_schedules(o, W);
   const pp::PipelineShape shape{W, o.microbatches, o.virtual_chunks};
-  // Before any tensor: buffers allocated earlier are never counted.
-  if (o.memory && (o.backend == "gloo" || W == 1)) kit::memory::enable_cpu_counting();
   if (W > 1) kit::dist::init_process_group(o.backend, rank, W);
   kit::set_threads(o.run.train.threads);
   const torch::Device device = W > 1 ? kit::dist::device() : torch::Device(torch::kCPU);
+  // Before the model: CPU buffers allocated earlier are never counted (kit/memory.h).
+  if (o.memory) kit::memory::enable_counting(device);
   const int64_t B = o.run.train.batch_size, T = o.run.data.seq_len;
   const auto batches = kit::synthetic_batches(o.steps, B, T, o.vocab, o.run.train.seed);
 
@@ -179,7 +179,7 @@ int worker_main(const PpOptions& o, const kit::WorldInfo& world) {
               << (o.recompute ? ", recomputing activations" : "") << std::endl;
 
   const int64_t warmup = kit::warmup_of(o.warmup, o.steps);
-  const bool count_memory = o.memory && device.is_cpu();
+  const bool count_memory = o.memory && kit::memory::why_not_counted(device).empty();
   pp::BatchMemory memory;  // the largest over the timed batches
   c10::Dict<std::string, torch::Tensor> saved;
   std::vector<double> losses;
@@ -197,13 +197,13 @@ int worker_main(const PpOptions& o, const kit::WorldInfo& world) {
       pp::OnAction before;
       if (k == 0) before = failure_of(o, rank);
       if (!count_memory || !timer.timed(k)) return executor.run(schedules[static_cast<size_t>(rank)], micro, before);
-      const int64_t base = kit::memory::cpu_bytes_now();  // bytes held when the batch started
-      kit::memory::reset_cpu_peak();
+      const int64_t base = kit::memory::bytes_now(device);  // bytes held when the batch started
+      kit::memory::reset_peak(device);
       pp::BatchResult r = executor.run(schedules[static_cast<size_t>(rank)], micro, [&](size_t i, const pp::Action& a) {
-        memory.kept = std::max(memory.kept, kit::memory::cpu_bytes_now() - base);
+        memory.kept = std::max(memory.kept, kit::memory::bytes_now(device) - base);
         if (before) before(i, a);
       });
-      memory.peak = std::max(memory.peak, kit::memory::cpu_bytes_peak() - base);
+      memory.peak = std::max(memory.peak, kit::memory::bytes_peak(device) - base);
       return r;
     };
     const kit::TokenBatch& b = batches[static_cast<size_t>(k)];

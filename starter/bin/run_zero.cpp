@@ -108,10 +108,11 @@ int worker_main(const ZeroRunOptions& o, const kit::WorldInfo& me) {
   const kit::GPT2Config cfg = kit::synthetic_config(o);
   const kit::dist::Group world = kit::dist::world_group();
   const int64_t B = o.run.train.batch_size, T = o.run.data.seq_len;
-  // Every CPU tensor from here on is counted (kit/memory.h): the model, the state, the
-  // activations. On a GPU the activations are not measured.
-  const bool count_memory = device.is_cpu();
-  if (count_memory) kit::memory::enable_cpu_counting();
+  // Every tensor on the device from here on is counted (kit/memory.h): the model, the state,
+  // the activations; on the CPU by the kit's counting allocator, on a GPU by LibTorch's own.
+  kit::memory::enable_counting(device);
+  const std::string not_counted = kit::memory::why_not_counted(device);
+  const bool count_memory = not_counted.empty();
 
   const auto batches = kit::synthetic_batches(o.steps, B, T, o.vocab, o.run.train.seed, rank);  // this rank's rows
   kit::GPT2 model = kit::build_model(cfg, o.vocab, T, o.run.train.seed);
@@ -158,7 +159,7 @@ int worker_main(const ZeroRunOptions& o, const kit::WorldInfo& me) {
   for (int64_t k = 0; k < o.steps; ++k) {
     if (k == timer.warmup()) world.reset_counters();
     timer.start(k);
-    kit::memory::reset_cpu_peak();
+    kit::memory::reset_peak(device);
     if (adamw) adamw->zero_grad();
     else if (zero) zero->zero_grad();
     else fsdp->zero_grad();
@@ -166,9 +167,9 @@ int worker_main(const ZeroRunOptions& o, const kit::WorldInfo& me) {
     const torch::Tensor idx = b.idx.to(device), labels = b.labels.to(device), mask = b.mask.to(device);
     torch::Tensor loss;
     {
-      const int64_t rss0 = kit::memory::rss_bytes(), held0 = kit::memory::cpu_bytes_now();
+      const int64_t rss0 = kit::memory::rss_bytes(), held0 = kit::memory::bytes_now(device);
       loss = kit::masked_cross_entropy(fsdp ? fsdp->forward(idx) : model->forward(idx), labels, mask);
-      activation_bytes = std::max(activation_bytes, kit::memory::cpu_bytes_now() - held0);
+      activation_bytes = std::max(activation_bytes, kit::memory::bytes_now(device) - held0);
       rss_rise = std::max(rss_rise, kit::memory::rss_bytes() - rss0);
     }
     loss.backward();
@@ -196,7 +197,7 @@ int worker_main(const ZeroRunOptions& o, const kit::WorldInfo& me) {
         gradient_bytes = after_backward;  // the shards' gradients, kept until the next zero_grad
       }
     }
-    peak_tensor_bytes = std::max(peak_tensor_bytes, kit::memory::cpu_bytes_peak());
+    peak_tensor_bytes = std::max(peak_tensor_bytes, kit::memory::bytes_peak(device));
     losses.push_back(loss.item<double>());
     const double seconds = timer.stop();
     if (rank == 0 && o.run.train.progress) kit::print_step(k, losses.back(), seconds);
@@ -229,11 +230,12 @@ int worker_main(const ZeroRunOptions& o, const kit::WorldInfo& me) {
         {"activation_bytes", count_memory ? nlohmann::json(activation_bytes) : nlohmann::json()},
         {"peak_tensor_bytes", count_memory ? nlohmann::json(peak_tensor_bytes) : nlohmann::json()},
         {"activation_measure",
-         count_memory ? "kit::memory's counting CPU allocator: the tensor bytes held when the forward pass returned "
-                        "minus those held when it started (what autograd saved for backward, plus the logits and "
-                        "the loss), the largest over the steps"
-                      : "not measured: kit::memory counts CPU tensors only, and this rank computes on " +
-                            device.str()},
+         count_memory ? std::string(device.is_cpu() ? "kit::memory's counting CPU allocator"
+                                                    : "LibTorch's CUDA caching allocator, read by kit::memory") +
+                            ": the tensor bytes held when the forward pass returned minus those held when it "
+                            "started (what autograd saved for backward, plus the logits and the loss), the largest "
+                            "over the steps"
+                      : "not measured: " + not_counted},
         {"rss_forward_rise_bytes", rss_rise},
         {"peak_rss_bytes", kit::memory::peak_rss_bytes()},
         {"formula_bytes",

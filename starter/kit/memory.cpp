@@ -1,4 +1,5 @@
-// A counting allocator in front of LibTorch's CPU allocator (see memory.h).
+// A counting allocator in front of LibTorch's CPU allocator, and the CUDA caching allocator's
+// statistics (see memory.h).
 #include "kit/memory.h"
 
 #include <c10/core/Allocator.h>
@@ -13,6 +14,11 @@
 #include <unordered_map>
 
 #include "kit/compat.h"
+
+#if KIT_HAVE_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
+#endif
 
 namespace kit::memory {
 
@@ -100,6 +106,70 @@ bool cpu_counting_enabled() { return g_enabled; }
 int64_t cpu_bytes_now() { return g_now.load(); }
 int64_t cpu_bytes_peak() { return g_peak.load(); }
 void reset_cpu_peak() { g_peak.store(g_now.load()); }
+
+namespace {
+
+#if KIT_HAVE_CUDA
+// allocated_bytes[0] is StatType::AGGREGATE: every pool of the device together (the figure
+// torch.cuda.max_memory_allocated reports). The stats' type moved between LibTorch releases
+// (CUDACachingAllocator::DeviceStats, then c10::CachingDeviceAllocator::DeviceStats), hence auto.
+auto cuda_stat(const c10::Device& device) {
+  return c10::cuda::CUDACachingAllocator::getDeviceStats(device.index()).allocated_bytes[0];
+}
+#endif
+
+c10::Device resolved(c10::Device device) {
+#if KIT_HAVE_CUDA
+  if (device.is_cuda() && !device.has_index() && c10::cuda::device_count() > 0)
+    device.set_index(c10::cuda::current_device());
+#endif
+  return device;
+}
+
+}  // namespace
+
+std::string why_not_counted(const c10::Device& device) {
+  if (device.is_cpu())
+    return cpu_counting_enabled() ? "" : "kit::memory::enable_counting(cpu) was not called before the tensors were made";
+  if (!device.is_cuda()) return "kit::memory counts CPU and CUDA tensors only, not " + device.str();
+#if KIT_HAVE_CUDA
+  if (c10::cuda::device_count() == 0) return "this LibTorch has CUDA but no GPU is visible: there is nothing to count";
+  const c10::Device d = resolved(device);
+  if (d.index() >= c10::cuda::device_count())
+    return d.str() + " is not a visible GPU (" + std::to_string(c10::cuda::device_count()) + " are)";
+  return "";
+#else
+  return "this LibTorch is a CPU build: it has no CUDA allocator to count " + device.str() +
+         " (build the kit against a CUDA LibTorch, handout/README.md)";
+#endif
+}
+
+void enable_counting(const c10::Device& device) {
+  if (device.is_cpu()) enable_cpu_counting();  // CUDA's caching allocator counts from the start
+}
+
+int64_t bytes_now(const c10::Device& device) {
+  if (device.is_cpu()) return cpu_bytes_now();
+#if KIT_HAVE_CUDA
+  if (why_not_counted(device).empty()) return cuda_stat(resolved(device)).current;
+#endif
+  return 0;
+}
+
+int64_t bytes_peak(const c10::Device& device) {
+  if (device.is_cpu()) return cpu_bytes_peak();
+#if KIT_HAVE_CUDA
+  if (why_not_counted(device).empty()) return cuda_stat(resolved(device)).peak;
+#endif
+  return 0;
+}
+
+void reset_peak(const c10::Device& device) {
+  if (device.is_cpu()) return reset_cpu_peak();
+#if KIT_HAVE_CUDA
+  if (why_not_counted(device).empty()) c10::cuda::CUDACachingAllocator::resetPeakStats(resolved(device).index());
+#endif
+}
 
 int64_t rss_bytes() {
   std::ifstream f("/proc/self/statm");

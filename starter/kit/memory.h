@@ -1,4 +1,5 @@
-// How many bytes of tensor memory this process holds on the CPU, counted exactly.
+// How many bytes of tensor memory this process holds, counted exactly: on the CPU by a
+// counting allocator, on a GPU by LibTorch's CUDA caching allocator.
 //
 // RSS cannot tell a pipeline stage's activations from everything else (the allocator
 // keeps freed pages, threads have stacks, LibTorch maps its code). Instead the kit can put
@@ -7,7 +8,10 @@
 // step minus what was held before it is the memory the step kept alive: for a pipeline
 // stage, the activations of its in-flight micro-batches (bench/README.md, Problem 3).
 #pragma once
+#include <c10/core/Device.h>
+
 #include <cstdint>
+#include <string>
 
 namespace kit::memory {
 
@@ -19,6 +23,16 @@ bool cpu_counting_enabled();
 int64_t cpu_bytes_now();   // bytes held right now (0 before enable_cpu_counting)
 int64_t cpu_bytes_peak();  // the most held at once since the last reset_cpu_peak()
 void reset_cpu_peak();     // peak := now
+
+// The same, for the tensors of one device: the CPU's through the counting allocator above, a
+// CUDA device's from LibTorch's CUDA caching allocator, which counts every block it hands out
+// (what torch.cuda.memory_allocated and max_memory_allocated report). The programs call these
+// with the device they compute on, so every byte count they write means the same on both.
+void enable_counting(const c10::Device& device);  // CPU: enable_cpu_counting(); CUDA: nothing to install
+std::string why_not_counted(const c10::Device& device);  // "" when bytes on `device` are counted
+int64_t bytes_now(const c10::Device& device);      // 0 where why_not_counted is not ""
+int64_t bytes_peak(const c10::Device& device);     // the most held at once since reset_peak(device)
+void reset_peak(const c10::Device& device);        // peak := now
 
 // The whole process, from the operating system (LibTorch's code, caches, stacks too):
 int64_t rss_bytes();       // the resident set now (/proc/self/statm)

@@ -1,6 +1,8 @@
 // A pipeline rank's measured batches as JSON and tensors (see pipeline_training/measured.h).
 #include "pipeline_training/measured.h"
 
+#include "kit/memory.h"
+
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -52,10 +54,9 @@ nlohmann::json rank_timeline_json(const std::vector<ActionTime>& t, const Pipeli
 
 nlohmann::json memory_json(bool counted, const torch::Device& device, const BatchMemory& m) {
   if (!counted) return {{"measured", false}, {"why", "run without --memory"}};
-  if (!device.is_cpu())
-    return {{"measured", false},
-            {"why", "not measured: kit::memory counts CPU tensors only, and this rank computes on " + device.str()}};
-  return {{"measured", true}, {"peak_bytes", m.peak}, {"kept_bytes", m.kept}};
+  const std::string why = kit::memory::why_not_counted(device);
+  if (!why.empty()) return {{"measured", false}, {"why", "not measured: " + why}};
+  return {{"measured", true}, {"device", device.str()}, {"peak_bytes", m.peak}, {"kept_bytes", m.kept}};
 }
 
 }  // namespace kit::pp
