@@ -22,6 +22,7 @@
 #include "pipeline_training/schedules.h"
 #include "pipeline_training/simulate.h"
 #include "pipeline_training/trace_events.h"
+#include "train/adamw.h"
 #include "train/loop.h"
 
 namespace {
@@ -167,7 +168,7 @@ int worker_main(const PpOptions& o, const kit::WorldInfo& world) {
     for (auto& p : c->parameters()) params.push_back(p);
   }
   torch::manual_seed(o.run.train.seed + 1 + static_cast<uint64_t>(rank));  // dropout: per rank
-  torch::optim::AdamW optimizer(params,
+  kit::AdamW optimizer(params,
                                 torch::optim::AdamWOptions(o.run.train.lr).weight_decay(o.run.train.weight_decay));
   pp::P2P p2p(shape, rank, torch::TensorOptions().dtype(torch::kFloat32).device(device));
   pp::Executor executor(me.chunks, shape, rank, p2p);

@@ -21,6 +21,7 @@
 #include "model/checkpoint.h"
 #include "tensor_parallel/model.h"
 #include "tensor_parallel/sharding.h"
+#include "train/adamw.h"
 #include "train/loop.h"
 
 namespace {
@@ -113,7 +114,7 @@ int worker_main(const TpOptions& o, const kit::WorldInfo& world) {
   model->to(device);
   model->train();
   torch::manual_seed(o.run.train.seed + 1);  // dropout: the same on every rank (see the top)
-  torch::optim::AdamW optimizer(model->parameters(),
+  kit::AdamW optimizer(model->parameters(),
                                 torch::optim::AdamWOptions(o.run.train.lr).weight_decay(o.run.train.weight_decay));
   if (rank == 0)
     std::cout << "rank 0 of " << W << " (" << world.launcher_name() << ", " << o.backend << "): tensor parallel t = "

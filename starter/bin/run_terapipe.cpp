@@ -25,6 +25,7 @@
 #include "terapipe/latency.h"
 #include "terapipe/pipeline.h"
 #include "terapipe/slicing.h"
+#include "train/adamw.h"
 #include "train/loop.h"
 
 namespace {
@@ -180,7 +181,7 @@ int worker_main(const TeraOptions& o, const kit::WorldInfo& world) {
   std::vector<torch::Tensor> params;
   for (const auto& s : stages)
     for (const auto& p : s->parameters()) params.push_back(p);
-  torch::optim::AdamW optimizer(params, torch::optim::AdamWOptions(o.run.train.lr).weight_decay(0.0));
+  kit::AdamW optimizer(params, torch::optim::AdamWOptions(o.run.train.lr).weight_decay(0.0));
   pp::P2P p2p(shape, rank, torch::TensorOptions().dtype(torch::kFloat32).device(kit::dist::device()));
   tp::SlicedExecutor executor(stages, shape, lengths, rank, p2p);
   const pp::RankSchedule schedule = tp::make_sliced_schedule(shape, n, rank);

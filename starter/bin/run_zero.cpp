@@ -22,6 +22,7 @@
 #include "dist/dist.h"
 #include "kit/memory.h"
 #include "model/gpt2.h"
+#include "train/adamw.h"
 #include "train/loop.h"
 #include "train/loss.h"
 #include "zero/fsdp.h"
@@ -68,7 +69,7 @@ int main(int argc, char** argv) {
                  "Data-parallel ranks n the kit starts (under srun or torchrun: taken from there)")
       ->capture_default_str();
   app.add_option("--optimizer", o.optimizer,
-                 "adamw (plain data parallelism: all-reduce, then torch::optim::AdamW), zero1 (ZeroAdamW stage 1: "
+                 "adamw (plain data parallelism: all-reduce, then kit::AdamW, torch::optim::AdamW's step multi-tensor), zero1 (ZeroAdamW stage 1: "
                  "optimizer state sharded), zero2 (stage 2: gradients sharded too) or zero3 (kit::zero::Fsdp, stage 3: "
                  "parameters sharded too, gathered unit by unit)")
       ->capture_default_str();
@@ -82,7 +83,8 @@ int main(int argc, char** argv) {
       "Metrics per rank (--out): tokens_per_sec (this rank's rows; sum over ranks for the job), losses, step "
       "seconds; bytes per rank counted from the tensors: parameter_bytes, gradient_bytes (kept between steps), "
       "optimizer_state_bytes, activation_bytes (CPU tensor bytes held after the forward pass minus before it, "
-      "counted by kit::memory's counting allocator; not measured on a GPU), peak_tensor_bytes, "
+      "counted by kit::memory: the kit's counting allocator on a CPU, LibTorch's caching allocator on a GPU), "
+      "peak_tensor_bytes, "
       "rss_forward_rise_bytes and peak_rss_bytes (the process), "
       "beside formula_bytes (fp32 AdamW: 4P + 4P + 8P for adamw, 4P + 4P + 8P/n for zero1, 4P + 12P/n for "
       "zero2, 16P/n for zero3); communication per step per rank (send_bytes for the ring, all_reduce_bytes for "
@@ -135,7 +137,7 @@ int worker_main(const ZeroRunOptions& o, const kit::WorldInfo& me) {
   zo.lr = o.run.train.lr;
   zo.weight_decay = o.weight_decay;
   if (stage == 0) {
-    adamw = std::make_unique<torch::optim::AdamW>(
+    adamw = std::make_unique<kit::AdamW>(
         params, torch::optim::AdamWOptions(o.run.train.lr).weight_decay(o.weight_decay));
   } else if (stage < 3) {
     zero = std::make_unique<kit::zero::ZeroAdamW>(params, world, zo);

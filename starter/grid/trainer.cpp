@@ -14,6 +14,7 @@
 #include "pipeline_training/forward_backward.h"
 #include "pipeline_training/p2p.h"
 #include "pipeline_training/schedules.h"
+#include "train/adamw.h"
 #include "zero/zero.h"
 
 namespace kit::grid {
@@ -78,7 +79,7 @@ Trainer3D::Trainer3D(const GPT2& full, const ProcessGrid& grid, Options3D option
     z.weight_decay = options.weight_decay;
     impl_->zero = std::make_unique<zero::ZeroAdamW>(parameters(), grid.data, z);
   } else {
-    impl_->adamw = std::make_unique<torch::optim::AdamW>(
+    impl_->adamw = std::make_unique<AdamW>(
         parameters(), torch::optim::AdamWOptions(options.lr).weight_decay(options.weight_decay));
   }
 }

@@ -74,3 +74,33 @@ using C10dBackend = ::c10d::ProcessGroup;
 #else
 #define KIT_ALLOCATOR_ALLOCATE_CONST const
 #endif
+
+// ---- fused attention (model/attention.cpp) ----------------------------------------
+// at::scaled_dot_product_attention arrived in LibTorch 2.0 (flash and memory-efficient kernels on
+// GPUs); 1.13 computes attention with the formula's matmuls only.
+#define KIT_HAVE_SDPA KIT_TORCH_AT_LEAST(2, 0)
+
+// ---- torch::optim state (train/adamw.cpp) -------------------------------------------
+// Optimizer::state() is keyed by the parameter's TensorImpl: by its address printed as a string
+// in LibTorch 1.13, by the address itself in 2.x. The map's own key type says which.
+#include <sstream>
+#include <string>
+#include <type_traits>
+namespace kit::compat {
+template <class StateMap>
+typename StateMap::key_type optimizer_state_key(const StateMap&, void* tensor_impl) {
+  if constexpr (std::is_same_v<typename StateMap::key_type, std::string>) {
+    std::ostringstream s;  // what c10::guts::to_string writes for a pointer
+    s << tensor_impl;
+    return s.str();
+  } else {
+    return tensor_impl;
+  }
+}
+}  // namespace kit::compat
+
+// ---- fused AdamW (train/adamw.cpp) ----------------------------------------------------
+// at::_fused_adamw_: one kernel for every parameter of a group. CUDA from LibTorch 2.1 (2.0's
+// had a different signature), the CPU from 2.4.
+#define KIT_HAVE_FUSED_ADAMW_CUDA KIT_TORCH_AT_LEAST(2, 1)
+#define KIT_HAVE_FUSED_ADAMW_CPU KIT_TORCH_AT_LEAST(2, 4)

@@ -4,9 +4,9 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 
 #include "kit/errors.h"
+#include "model/attention.h"
 
 namespace kit {
 namespace F = torch::nn::functional;
@@ -27,13 +27,12 @@ torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
   // (B, T, C) -> (B, nh, T, hs)
   auto heads = [&](const torch::Tensor& t) { return t.view({B, T, n_head_, hs}).transpose(1, 2); };
   auto q = heads(qkv[0]), k = heads(qkv[1]), v = heads(qkv[2]);
-  auto att = torch::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(hs)));
-  // Causal mask: future positions get -inf before the softmax.
-  auto future = torch::ones({T, T}, torch::TensorOptions().dtype(torch::kBool).device(x.device()))
-                    .triu(/*diagonal=*/1);
-  att = att.masked_fill(future, -std::numeric_limits<float>::infinity());
-  att = attn_dropout(torch::softmax(att, -1));
-  auto y = torch::matmul(att, v).transpose(1, 2).contiguous().view({B, T, C});
+  // model/attention.h: the formula's matmuls on the CPU, the fused kernel on a GPU.
+  auto y = causal_attention(q, k, v, attn_dropout->options.p(), attn_dropout->is_training(),
+                            default_attention_kernel(x.device()))
+               .transpose(1, 2)
+               .contiguous()
+               .view({B, T, C});
   return resid_dropout(c_proj(y));
 }
 

@@ -12,6 +12,7 @@
 #include "tensor_parallel/mappings.h"
 #include "tensor_parallel/sharding.h"
 #include "tensor_parallel/vocab.h"
+#include "train/adamw.h"
 
 namespace kit::profiler {
 
@@ -145,7 +146,7 @@ double time_optimizer(const GPT2Config& cfg, const std::string& kind, const dist
   one.n_layer = 1;  // one layer's shard
   const std::unique_ptr<Shard> s = make_shard(one, kind, group, 1, 1);
   for (auto& p : s->parameters()) p.mutable_grad() = torch::randn_like(p);
-  torch::optim::AdamW adamw(s->parameters(), torch::optim::AdamWOptions(1e-4).weight_decay(0.01));
+  kit::AdamW adamw(s->parameters(), torch::optim::AdamWOptions(1e-4).weight_decay(0.01));
   std::vector<double> times;
   for (int k = 0; k < warmup + repeats; ++k) {
     dist::barrier(group);

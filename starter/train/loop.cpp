@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kit/errors.h"
+#include "train/adamw.h"
 #include "train/loss.h"
 #include "train/progress.h"
 
@@ -66,7 +67,7 @@ GPT2 build_model(GPT2Config cfg, int64_t vocab_size, int64_t seq_len, uint64_t s
 
 std::unique_ptr<torch::optim::AdamW> make_optimizer(torch::nn::Module& model, const TrainConfig& cfg) {
   if (!(cfg.lr > 0)) throw Error("--lr must be positive (got " + std::to_string(cfg.lr) + ")");
-  return std::make_unique<torch::optim::AdamW>(
+  return std::make_unique<AdamW>(  // train/adamw.h: torch::optim::AdamW's step, multi-tensor
       model.parameters(), torch::optim::AdamWOptions(cfg.lr).weight_decay(cfg.weight_decay));
 }
 

@@ -1,4 +1,5 @@
-// GPT-2 itself: causality, size, names, initial loss, learning, determinism, bad input.
+// GPT-2 itself: causality, size, names, initial loss, learning, determinism, bad input; its
+// attention kernels (model/attention.h) and the multi-tensor AdamW (train/adamw.h).
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -7,9 +8,13 @@
 #include <utility>
 #include <vector>
 
+#include "app/run.h"
+#include "kit/compat.h"
 #include "kit/config.h"
 #include "kit/errors.h"
+#include "model/attention.h"
 #include "model/gpt2.h"
+#include "train/adamw.h"
 #include "train/loss.h"
 
 namespace {
@@ -240,4 +245,149 @@ TEST(GPT2Model, HeadsThatDoNotDivideWidthAreAnError) {
   auto cfg = tiny(50);
   cfg.n_head = 3;  // 32 % 3 != 0
   EXPECT_THROW(kit::GPT2 model(cfg), kit::Error);
+}
+
+// ---- model/attention.h: the manual kernel is the formula; the fused one (LibTorch 2.0+) equals it.
+namespace {
+// The formula, position by position: y_t = sum_{s<=t} softmax_s(q_t . k_s / sqrt(hs)) v_s.
+torch::Tensor attention_by_positions(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+  const int64_t T = q.size(-2), hs = q.size(-1);
+  std::vector<torch::Tensor> rows;
+  for (int64_t t = 0; t < T; ++t) {
+    auto scores = torch::matmul(q.narrow(-2, t, 1), k.narrow(-2, 0, t + 1).transpose(-2, -1)) /
+                  std::sqrt(static_cast<double>(hs));
+    rows.push_back(torch::matmul(torch::softmax(scores, -1), v.narrow(-2, 0, t + 1)));
+  }
+  return torch::cat(rows, -2);
+}
+std::vector<torch::Tensor> random_qkv(torch::Dtype dtype, int64_t T = 9) {
+  torch::manual_seed(3);
+  auto o = torch::TensorOptions().dtype(dtype);
+  return {torch::randn({2, 3, T, 8}, o), torch::randn({2, 3, T, 8}, o), torch::randn({2, 3, T, 8}, o)};
+}
+}  // namespace
+
+TEST(Attention, ManualKernelIsTheCausalFormula) {
+  auto qkv = random_qkv(torch::kFloat64);
+  auto y = kit::causal_attention(qkv[0], qkv[1], qkv[2], 0.0, true, kit::AttentionKernel::Manual);
+  EXPECT_LT(max_abs_diff(y, attention_by_positions(qkv[0], qkv[1], qkv[2])), 1e-12);
+  // Dropout is off outside training, whatever p says.
+  auto y_eval = kit::causal_attention(qkv[0], qkv[1], qkv[2], 0.5, false, kit::AttentionKernel::Manual);
+  EXPECT_EQ(max_abs_diff(y_eval, y), 0.0);
+}
+
+TEST(Attention, DefaultKernelIsManualOnTheCpuAndFusedOnAGpuWhereAvailable) {
+  EXPECT_EQ(kit::default_attention_kernel(torch::Device(torch::kCPU)), kit::AttentionKernel::Manual);
+  EXPECT_EQ(kit::default_attention_kernel(torch::Device(torch::kCUDA, 0)),
+            kit::fused_attention_available() ? kit::AttentionKernel::Fused : kit::AttentionKernel::Manual);
+}
+
+TEST(Attention, FusedKernelEqualsTheManualOne) {
+  auto qkv = random_qkv(torch::kFloat64);
+  if (!kit::fused_attention_available()) {
+    EXPECT_THROW(kit::causal_attention(qkv[0], qkv[1], qkv[2], 0.0, true, kit::AttentionKernel::Fused), kit::Error);
+    GTEST_SKIP() << "LibTorch " << TORCH_VERSION << " has no scaled_dot_product_attention (2.0+)";
+  }
+  auto manual = kit::causal_attention(qkv[0], qkv[1], qkv[2], 0.0, true, kit::AttentionKernel::Manual);
+  auto fused = kit::causal_attention(qkv[0], qkv[1], qkv[2], 0.0, true, kit::AttentionKernel::Fused);
+  EXPECT_LT(max_abs_diff(fused, manual), 1e-12);
+  auto q32 = random_qkv(torch::kFloat32, 64);
+  EXPECT_LT(max_abs_diff(kit::causal_attention(q32[0], q32[1], q32[2], 0.1, false, kit::AttentionKernel::Fused),
+                         attention_by_positions(q32[0], q32[1], q32[2])),
+            1e-5);
+  if (torch::cuda::is_available()) {  // the GPU's flash / memory-efficient kernels against the CPU formula
+    std::vector<torch::Tensor> gpu;
+    for (auto& t : q32) gpu.push_back(t.to(torch::kCUDA));
+    auto y = kit::causal_attention(gpu[0], gpu[1], gpu[2], 0.0, true, kit::AttentionKernel::Fused).cpu();
+    EXPECT_LT(max_abs_diff(y, attention_by_positions(q32[0], q32[1], q32[2])), 1e-3);  // TF32 matmuls
+  }
+}
+
+// Dropout on the weights, either kernel: with v all ones every row of weights sums to 1, so each
+// output is (the kept weights' sum) / (1 - p): about 1 on average, not 1 everywhere.
+TEST(Attention, DropoutDropsWeightsAndKeepsTheMean) {
+  std::vector<kit::AttentionKernel> kernels{kit::AttentionKernel::Manual};
+  if (kit::fused_attention_available()) kernels.push_back(kit::AttentionKernel::Fused);
+  for (const auto kernel : kernels) {
+    torch::manual_seed(5);
+    auto q = torch::randn({4, 4, 128, 8}, torch::kFloat64), k = torch::randn({4, 4, 128, 8}, torch::kFloat64);
+    auto v = torch::ones({4, 4, 128, 8}, torch::kFloat64);
+    auto y = kit::causal_attention(q, k, v, 0.3, true, kernel);
+    const double mean = y.mean().item<double>(), spread = y.std().item<double>();
+    const char* name = kernel == kit::AttentionKernel::Manual ? "manual" : "fused";
+    EXPECT_NEAR(mean, 1.0, 0.03) << name << ": dropout must scale the kept weights by 1/(1-p)";
+    EXPECT_GT(spread, 0.05) << name << ": with p = 0.3 in training, the outputs cannot all be 1";
+    EXPECT_LT(max_abs_diff(kit::causal_attention(q, k, v, 0.3, false, kernel), v), 1e-12)
+        << name << ": no dropout outside training";
+  }
+}
+
+// ---- train/adamw.h: kit::AdamW's multi-tensor step is torch::optim::AdamW's, in float64.
+namespace {
+struct AdamWRun {
+  std::vector<torch::Tensor> params, exp_avgs;
+  int64_t state_bytes = 0;
+};
+// Four steps on three parameters of different shapes, with weight decay; the bias gets no
+// gradient in the first step, so it has taken one step fewer than the others from then on.
+template <class Make>
+AdamWRun run_adamw(Make make) {
+  torch::manual_seed(11);
+  auto o = torch::TensorOptions().dtype(torch::kFloat64);
+  std::vector<torch::Tensor> params{torch::randn({5, 3}, o).requires_grad_(), torch::randn({3}, o).requires_grad_(),
+                                    torch::randn({2, 2, 2}, o).requires_grad_()};
+  auto opt = make(params);
+  for (int step = 0; step < 4; ++step) {
+    opt->zero_grad();
+    auto loss = (params[0].sin() * 3).sum() + params[2].pow(2).sum();
+    if (step > 0) loss = loss + (params[1] * params[1].cos()).sum();
+    loss.backward();
+    opt->step();
+  }
+  AdamWRun r;
+  for (auto& p : params) r.params.push_back(p.detach().clone());
+  for (auto& p : params) {
+    auto key = kit::compat::optimizer_state_key(opt->state(), p.unsafeGetTensorImpl());
+    r.exp_avgs.push_back(static_cast<torch::optim::AdamWParamState&>(*opt->state().at(key)).exp_avg().clone());
+  }
+  r.state_bytes = kit::adamw_state_bytes(*opt);
+  return r;
+}
+torch::optim::AdamWOptions adamw_options() { return torch::optim::AdamWOptions(0.05).weight_decay(0.1).eps(1e-6); }
+void expect_same_run(const AdamWRun& a, const AdamWRun& b, double tol, const std::string& what) {
+  for (size_t i = 0; i < a.params.size(); ++i) {
+    EXPECT_LE(max_abs_diff(a.params[i], b.params[i]), tol) << what << ": parameter " << i;
+    EXPECT_LE(max_abs_diff(a.exp_avgs[i], b.exp_avgs[i]), tol) << what << ": exp_avg of parameter " << i;
+  }
+  EXPECT_EQ(a.state_bytes, b.state_bytes) << what << ": the optimizer state's bytes";
+}
+}  // namespace
+
+TEST(KitAdamW, ForEachStepIsTorchAdamWsStep) {
+  auto reference = run_adamw([](std::vector<torch::Tensor> p) {
+    return std::make_unique<torch::optim::AdamW>(p, adamw_options());
+  });
+  auto foreach = run_adamw([](std::vector<torch::Tensor> p) {
+    return std::make_unique<kit::AdamW>(p, adamw_options(), kit::AdamWKernel::ForEach);
+  });
+  expect_same_run(foreach, reference, 1e-14, "ForEach");
+  auto loop = run_adamw([](std::vector<torch::Tensor> p) {
+    return std::make_unique<kit::AdamW>(p, adamw_options(), kit::AdamWKernel::Loop);
+  });
+  expect_same_run(loop, reference, 0.0, "Loop");
+  EXPECT_EQ(kit::default_adamw_kernel(torch::Device(torch::kCPU)), kit::AdamWKernel::ForEach);
+}
+
+TEST(KitAdamW, FusedStepIsTorchAdamWsStepWhereLibTorchHasIt) {
+  auto reference = run_adamw([](std::vector<torch::Tensor> p) {
+    return std::make_unique<torch::optim::AdamW>(p, adamw_options());
+  });
+  if (!kit::fused_adamw_available(torch::Device(torch::kCPU))) {
+    EXPECT_THROW(kit::AdamW({torch::zeros({2})}, adamw_options(), kit::AdamWKernel::Fused), kit::Error);
+    GTEST_SKIP() << "LibTorch " << TORCH_VERSION << " has no fused AdamW kernel on the CPU (2.4+)";
+  }
+  auto fused = run_adamw([](std::vector<torch::Tensor> p) {
+    return std::make_unique<kit::AdamW>(p, adamw_options(), kit::AdamWKernel::Fused);
+  });
+  expect_same_run(fused, reference, 1e-12, "Fused");
 }
