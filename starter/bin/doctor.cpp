@@ -21,8 +21,11 @@
 
 namespace {
 
-// The BLAS library LibTorch resolved: the file behind libblas.so.3 in this process.
+// The BLAS LibTorch computes with. The official builds (PyPI wheel, libtorch zip) link MKL
+// into libtorch_cpu itself, so no BLAS library shows among the loaded files: LibTorch says so
+// (at::hasMKL). Debian's LibTorch calls libblas.so.3: the file behind it in this process.
 std::string blas_library() {
+  if (at::hasMKL()) return "MKL, linked into LibTorch";
   std::string found = "unknown";
   dl_iterate_phdr(
       [](dl_phdr_info* info, size_t, void* out) {
@@ -81,7 +84,7 @@ int main(int argc, char** argv) {
               << " thread(s))\n";
     int problems = 0;
     if (blas.find("/blas/") != std::string::npos || blas.find("openblas") == std::string::npos) {
-      if (blas.find("mkl") == std::string::npos) {
+      if (blas.find("mkl") == std::string::npos && blas.find("MKL") == std::string::npos) {
         ++problems;
         std::cout << "warning: LibTorch is not using OpenBLAS (" << blas << "): GEMM is about 15x slower.\n"
                   << "  fix: sudo apt-get install libopenblas0-openmp && sudo update-alternatives --set "
