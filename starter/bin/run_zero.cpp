@@ -21,6 +21,7 @@
 #include "data_parallel/flat_average.h"
 #include "dist/dist.h"
 #include "kit/memory.h"
+#include "kit/precision.h"
 #include "model/gpt2.h"
 #include "train/adamw.h"
 #include "train/loop.h"
@@ -35,6 +36,7 @@ struct ZeroRunOptions : kit::SyntheticOptions {
   int world_size = 2;
   double weight_decay = 1e-2;
   std::string optimizer = "zero1";
+  std::string precision = "fp32";
 };
 
 int stage_of(const std::string& optimizer) {
@@ -48,6 +50,7 @@ void check_options(const ZeroRunOptions& o, int world_size) {
   if (world_size < 1) throw kit::Error("--world-size must be at least 1 (got " + std::to_string(world_size) + ")");
   kit::check_synthetic_options(o);
   if (o.weight_decay < 0) throw kit::Error("--weight-decay must not be negative");
+  kit::parse_precision(o.precision);
   kit::check_model_fits(kit::synthetic_config(o), o.run.data.seq_len, o.vocab);
 }
 
@@ -78,11 +81,15 @@ int main(int argc, char** argv) {
   help.steps = "Batches, one optimizer step each";
   kit::add_model_options(app, o, help);
   app.add_option("--weight-decay", o.weight_decay, "AdamW's decoupled weight decay")->capture_default_str();
+  app.add_option("--precision", o.precision,
+                 "fp32, or bf16: the forward pass under bfloat16 autocast (the matrix products in bf16; weights, "
+                 "gradients, optimizer state and the loss in fp32; kit/precision.h)")
+      ->capture_default_str();
   kit::add_process_options(app, o);
   app.footer(
       "Metrics per rank (--out): tokens_per_sec (this rank's rows; sum over ranks for the job), losses, step "
       "seconds; bytes per rank counted from the tensors: parameter_bytes, gradient_bytes (kept between steps), "
-      "optimizer_state_bytes, activation_bytes (CPU tensor bytes held after the forward pass minus before it, "
+      "optimizer_state_bytes, activation_bytes (the tensor bytes on the device held after the forward pass minus before it, "
       "counted by kit::memory: the kit's counting allocator on a CPU, LibTorch's caching allocator on a GPU), "
       "peak_tensor_bytes, "
       "rss_forward_rise_bytes and peak_rss_bytes (the process), "
@@ -107,6 +114,7 @@ int worker_main(const ZeroRunOptions& o, const kit::WorldInfo& me) {
   kit::dist::init_process_group(o.backend, rank, W);
   kit::set_threads(o.run.train.threads);
   const torch::Device device = kit::dist::device();
+  const kit::Precision precision = kit::parse_precision(o.precision);
   const kit::GPT2Config cfg = kit::synthetic_config(o);
   const kit::dist::Group world = kit::dist::world_group();
   const int64_t B = o.run.train.batch_size, T = o.run.data.seq_len;
@@ -170,7 +178,12 @@ int worker_main(const ZeroRunOptions& o, const kit::WorldInfo& me) {
     torch::Tensor loss;
     {
       const int64_t rss0 = kit::memory::rss_bytes(), held0 = kit::memory::bytes_now(device);
-      loss = kit::masked_cross_entropy(fsdp ? fsdp->forward(idx) : model->forward(idx), labels, mask);
+      torch::Tensor logits;
+      {
+        const kit::Autocast autocast(precision, device.type());  // bf16: the forward only
+        logits = fsdp ? fsdp->forward(idx) : model->forward(idx);
+      }
+      loss = kit::masked_cross_entropy(logits.to(torch::kFloat32), labels, mask);  // the loss in fp32
       activation_bytes = std::max(activation_bytes, kit::memory::bytes_now(device) - held0);
       rss_rise = std::max(rss_rise, kit::memory::rss_bytes() - rss0);
     }
@@ -219,7 +232,7 @@ int worker_main(const ZeroRunOptions& o, const kit::WorldInfo& me) {
     nlohmann::json m = kit::run_metrics("run_zero", o.run, o.backend, me, timer, B * T);
     m.erase("batch_size");
     m.update({
-        {"optimizer", o.optimizer}, {"zero_stage", stage}, {"n_layer", cfg.n_layer}, {"n_head", cfg.n_head},
+        {"optimizer", o.optimizer}, {"zero_stage", stage}, {"precision", o.precision}, {"n_layer", cfg.n_layer}, {"n_head", cfg.n_head},
         {"n_embd", cfg.n_embd}, {"vocab_size", cfg.vocab_size}, {"batch_size_per_rank", B},
         {"global_batch_size", B * W}, {"weight_decay", o.weight_decay},
         {"tokens_per_sec_summed_over_ranks", false},

@@ -104,3 +104,9 @@ typename StateMap::key_type optimizer_state_key(const StateMap&, void* tensor_im
 // had a different signature), the CPU from 2.4.
 #define KIT_HAVE_FUSED_ADAMW_CUDA KIT_TORCH_AT_LEAST(2, 1)
 #define KIT_HAVE_FUSED_ADAMW_CPU KIT_TORCH_AT_LEAST(2, 4)
+
+// ---- autocast (kit/precision.cpp) --------------------------------------------------
+// LibTorch 2.4 gave autocast one call per setting with the device type as argument
+// (set_autocast_enabled(kCPU, on), set_autocast_dtype(kCPU, bf16)); 1.13 has one call per
+// device (set_cpu_enabled, set_autocast_cpu_dtype; set_enabled for CUDA). 2.4+ deprecates those.
+#define KIT_AUTOCAST_BY_DEVICE_TYPE KIT_TORCH_AT_LEAST(2, 4)

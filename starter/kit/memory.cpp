@@ -116,15 +116,14 @@ namespace {
 auto cuda_stat(const c10::Device& device) {
   return c10::cuda::CUDACachingAllocator::getDeviceStats(device.index()).allocated_bytes[0];
 }
-#endif
 
+// "cuda" without an index: the current device, as LibTorch reads it.
 c10::Device resolved(c10::Device device) {
-#if KIT_HAVE_CUDA
   if (device.is_cuda() && !device.has_index() && c10::cuda::device_count() > 0)
     device.set_index(c10::cuda::current_device());
-#endif
   return device;
 }
+#endif
 
 }  // namespace
 

@@ -4,6 +4,8 @@
 
 #include <cmath>
 #include <map>
+#include <string>
+#include <tuple>
 #include <vector>
 
 #include "kit/compat.h"
@@ -90,9 +92,10 @@ torch::Tensor AdamW::step(LossClosure closure) {
     auto& o = static_cast<torch::optim::AdamWOptions&>(group.options());
     if (o.amsgrad()) throw Error("kit::AdamW does not implement amsgrad: use torch::optim::AdamW");
     // The parameters that have a gradient, with their state (made as torch::optim::AdamW makes
-    // it), by step count: usually one bucket, but a parameter that once had no gradient has
-    // taken fewer steps, and its bias correction differs.
-    std::map<int64_t, Tensors> buckets;
+    // it), by step count, device and type: usually one bucket, but a parameter that once had no
+    // gradient has taken fewer steps (its bias correction differs), model parallelism spreads a
+    // group over devices, and one multi-tensor kernel takes one device and one type.
+    std::map<std::tuple<int64_t, std::string, int>, Tensors> buckets;
     for (auto& p : group.params()) {
       if (!p.grad().defined()) continue;
       if (p.grad().is_sparse()) throw Error("kit::AdamW: sparse gradients are not supported");
@@ -106,13 +109,13 @@ torch::Tensor AdamW::step(LossClosure closure) {
       }
       auto& s = static_cast<torch::optim::AdamWParamState&>(*it->second);
       s.step(s.step() + 1);
-      Tensors& b = buckets[s.step()];
+      Tensors& b = buckets[{s.step(), p.device().str(), static_cast<int>(p.scalar_type())}];
       b.params.push_back(p);
       b.grads.push_back(p.grad());
       b.exp_avgs.push_back(s.exp_avg());
       b.exp_avg_sqs.push_back(s.exp_avg_sq());
     }
-    for (auto& [step, b] : buckets) update(b, step, o, kernel_);
+    for (auto& [key, b] : buckets) update(b, std::get<0>(key), o, kernel_);
   }
   return loss;
 }
