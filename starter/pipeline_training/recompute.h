@@ -50,9 +50,10 @@ using BlockFn = std::function<torch::Tensor(const torch::Tensor&)>;
 // the backward, which runs block again on it. A custom autograd function
 // (torch::autograd::Function<T>): its forward runs the block under NoGradGuard and saves x
 // detached and the generators' states (save_generators); its backward restores those
-// (restore_generators, having saved the current ones to put back afterwards), re-runs the block with gradients on (the engine runs a backward
-// with them off) on a detached copy of x that requires grad, back-propagates the incoming
-// gradient through that output with torch::autograd::backward, and returns x's gradient.
+// (restore_generators, having saved the current ones to put back afterwards), re-runs the
+// block with gradients on (the engine runs a backward with them off) on a detached copy of x
+// that requires grad, back-propagates the incoming gradient through that output with
+// torch::autograd::backward, and returns x's gradient.
 torch::Tensor recompute(const BlockFn& block, const torch::Tensor& x);
 
 // ---- given (recompute_given.cpp) --------------------------------------------------------
