@@ -147,21 +147,20 @@ void enable_counting(const c10::Device& device) {
   if (device.is_cpu()) enable_cpu_counting();  // CUDA's caching allocator counts from the start
 }
 
-int64_t bytes_now(const c10::Device& device) {
-  if (device.is_cpu()) return cpu_bytes_now();
+// A CUDA device's bytes now (peak false) or at the peak, or 0 where none are counted.
+static int64_t cuda_bytes(const c10::Device& device, bool peak) {
 #if KIT_HAVE_CUDA
-  if (why_not_counted(device).empty()) return cuda_stat(resolved(device)).current;
+  if (why_not_counted(device).empty()) {
+    const auto stat = cuda_stat(resolved(device));
+    return peak ? stat.peak : stat.current;
+  }
 #endif
+  (void)device, (void)peak;
   return 0;
 }
 
-int64_t bytes_peak(const c10::Device& device) {
-  if (device.is_cpu()) return cpu_bytes_peak();
-#if KIT_HAVE_CUDA
-  if (why_not_counted(device).empty()) return cuda_stat(resolved(device)).peak;
-#endif
-  return 0;
-}
+int64_t bytes_now(const c10::Device& device) { return device.is_cpu() ? cpu_bytes_now() : cuda_bytes(device, false); }
+int64_t bytes_peak(const c10::Device& device) { return device.is_cpu() ? cpu_bytes_peak() : cuda_bytes(device, true); }
 
 void reset_peak(const c10::Device& device) {
   if (device.is_cpu()) return reset_cpu_peak();

@@ -13,8 +13,6 @@ Precision parse_precision(const std::string& name) {
   throw Error("--precision " + name + " is not one of fp32, bf16");
 }
 
-std::string to_string(Precision p) { return p == Precision::BF16 ? "bf16" : "fp32"; }
-
 namespace {
 
 // autocast's settings for one device type, across LibTorch versions (kit/compat.h).

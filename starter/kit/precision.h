@@ -18,7 +18,6 @@ namespace kit {
 enum class Precision { FP32, BF16 };
 
 Precision parse_precision(const std::string& name);  // "fp32" or "bf16"; kit::Error names both otherwise
-std::string to_string(Precision p);
 
 // While alive: autocast to bfloat16 on `device` (BF16), or nothing (FP32). Nests; the
 // outermost one clears autocast's cache of cast weights when it ends, as Python's does.

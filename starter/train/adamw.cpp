@@ -25,15 +25,6 @@ AdamWKernel default_adamw_kernel(const c10::Device& device) {
   return device.is_cuda() && fused_adamw_available(device) ? AdamWKernel::Fused : AdamWKernel::ForEach;
 }
 
-std::string to_string(AdamWKernel kernel) {
-  switch (kernel) {
-    case AdamWKernel::Loop: return "loop";
-    case AdamWKernel::ForEach: return "foreach";
-    case AdamWKernel::Fused: return "fused";
-  }
-  return "?";
-}
-
 AdamW::AdamW(std::vector<torch::Tensor> params, torch::optim::AdamWOptions options, std::optional<AdamWKernel> kernel)
     : torch::optim::AdamW(params, options) {
   const c10::Device device = params.empty() ? c10::Device(c10::kCPU) : params.front().device();

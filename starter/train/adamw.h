@@ -11,7 +11,6 @@
 #include <torch/optim/adamw.h>
 
 #include <optional>
-#include <string>
 #include <vector>
 
 namespace kit {
@@ -21,7 +20,6 @@ enum class AdamWKernel { Loop, ForEach, Fused };
 // Fused on CUDA where this LibTorch has it, ForEach otherwise.
 AdamWKernel default_adamw_kernel(const c10::Device& device);
 bool fused_adamw_available(const c10::Device& device);
-std::string to_string(AdamWKernel kernel);
 
 class AdamW : public torch::optim::AdamW {
  public:
