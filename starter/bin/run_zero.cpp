@@ -178,12 +178,14 @@ int worker_main(const ZeroRunOptions& o, const kit::WorldInfo& me) {
     torch::Tensor loss;
     {
       const int64_t rss0 = kit::memory::rss_bytes(), held0 = kit::memory::bytes_now(device);
-      torch::Tensor logits;
       {
-        const kit::Autocast autocast(precision, device.type());  // bf16: the forward only
-        logits = fsdp ? fsdp->forward(idx) : model->forward(idx);
+        torch::Tensor logits;  // gone before the count below, as a temporary would be
+        {
+          const kit::Autocast autocast(precision, device.type());  // bf16: the forward only
+          logits = fsdp ? fsdp->forward(idx) : model->forward(idx);
+        }
+        loss = kit::masked_cross_entropy(logits.to(torch::kFloat32), labels, mask);  // the loss in fp32
       }
-      loss = kit::masked_cross_entropy(logits.to(torch::kFloat32), labels, mask);  // the loss in fp32
       activation_bytes = std::max(activation_bytes, kit::memory::bytes_now(device) - held0);
       rss_rise = std::max(rss_rise, kit::memory::rss_bytes() - rss0);
     }
