@@ -484,10 +484,12 @@ struct Work::Impl {
   }
 
   // The one place all-reduces are counted and issued (all_reduce waits at once,
-  // all_reduce_async hands the Work to its caller).
-  static Work start_all_reduce(const torch::Tensor& contiguous, ReduceOp op, const char* what, const Group& g) {
+  // all_reduce_async hands the Work to its caller). counted_bytes: the caller's tensor's
+  // bytes when `contiguous` is a wider copy of it (-1: contiguous's own).
+  static Work start_all_reduce(const torch::Tensor& contiguous, ReduceOp op, const char* what, const Group& g,
+                               int64_t counted_bytes = -1) {
     count(g.state(what), &AtomicCounters::all_reduce_calls, 1);
-    count(g.state(what), &AtomicCounters::all_reduce_bytes, nbytes(contiguous));
+    count(g.state(what), &AtomicCounters::all_reduce_bytes, counted_bytes >= 0 ? counted_bytes : nbytes(contiguous));
     c10d::AllreduceOptions o;
     o.reduceOp = to_c10d(op);
     return start(contiguous, what, [&](compat::C10dBackend& b, std::vector<torch::Tensor>& v) {
@@ -550,9 +552,13 @@ void all_reduce(const torch::Tensor& tensor, ReduceOp op, const Group& group) {
     count(s, &AtomicCounters::all_reduce_bytes, nbytes(tensor));
     return;
   }
-  // Gloo and NCCL reduce dense buffers: reduce a contiguous copy and write it back.
-  const torch::Tensor buffer = tensor.is_contiguous() ? tensor : tensor.contiguous();
-  Work::Impl::start_all_reduce(buffer, op, "all_reduce", group).wait();
+  // Gloo and NCCL reduce dense buffers: reduce a contiguous copy and write it back. Gloo has
+  // no bfloat16 reduction (--precision bf16: a tensor-parallel layer's output), so there the
+  // copy is fp32, counted at the tensor's own bytes (what NCCL sends).
+  const bool widen = tensor.scalar_type() == torch::kBFloat16 && get_backend() == "gloo";
+  const torch::Tensor buffer =
+      widen ? tensor.to(torch::kFloat32).contiguous() : tensor.is_contiguous() ? tensor : tensor.contiguous();
+  Work::Impl::start_all_reduce(buffer, op, "all_reduce", group, nbytes(tensor)).wait();
   if (!buffer.is_same(tensor)) copy_back(tensor, buffer);
 }
 
@@ -560,6 +566,9 @@ Work all_reduce_async(const torch::Tensor& tensor, ReduceOp op) { return all_red
 
 Work all_reduce_async(const torch::Tensor& tensor, ReduceOp op, const Group& group) {
   check_tensor(tensor, "all_reduce_async");
+  if (tensor.scalar_type() == torch::kBFloat16 && get_backend() == "gloo")
+    throw Error("dist::all_reduce_async: Gloo reduces no bfloat16 tensor in place; reduce an fp32 copy "
+                "(t.to(torch::kFloat32)), or use dist::all_reduce, which does that for you");
   if (!tensor.is_contiguous())
     throw Error("dist::all_reduce_async needs a contiguous tensor (it reduces the buffer in place while you "
                 "go on): pass t.contiguous() and read the result from that");

@@ -122,7 +122,8 @@ torch::Device device();          // where this rank computes: cpu for gloo, cuda
 // the same shape and dtype, else they fail with CommError (never a hang: see the timeout).
 // all_reduce, broadcast and recv write into `tensor` in place (a tensor is a handle, so
 // it is passed as const& like LibTorch's own in-place ops); a non-contiguous tensor is
-// copied to a contiguous buffer and back.
+// copied to a contiguous buffer and back, and so is a bfloat16 one on Gloo (which has no
+// bf16 reduction: it sums an fp32 copy; the counters count the tensor's own bytes).
 void all_reduce(const torch::Tensor& tensor, ReduceOp op = ReduceOp::SUM);
 // The same over the members of `group` (this process must be one).
 void all_reduce(const torch::Tensor& tensor, ReduceOp op, const Group& group);
@@ -150,7 +151,8 @@ class Work {
 
 // Starts an all-reduce of a contiguous tensor and returns at once, so that computation
 // (the rest of backward) can go on while it runs; see data_parallel/grad_buckets.h.
-// The tensor must not be read or written until wait() returns.
+// The tensor must not be read or written until wait() returns. kit::Error for a bfloat16
+// tensor on Gloo (all_reduce widens it; in place it cannot).
 Work all_reduce_async(const torch::Tensor& tensor, ReduceOp op = ReduceOp::SUM);
 Work all_reduce_async(const torch::Tensor& tensor, ReduceOp op, const Group& group);
 void broadcast(const torch::Tensor& tensor, int src);
