@@ -30,6 +30,10 @@ void add_model_options(CLI::App& app, SyntheticOptions& o, const SyntheticHelp& 
   app.add_option("--steps", o.steps, help.steps)->capture_default_str();
   app.add_option("--warmup", o.warmup, "The first W of the --steps batches are not timed (default 1; 0 when "
                                        "--steps is 1)");
+  app.add_option("--precision", o.precision,
+                 "fp32, or bf16: every forward pass under bfloat16 autocast (the matrix products in bf16; weights, "
+                 "gradients, optimizer state and the loss in fp32; kit/precision.h)")
+      ->capture_default_str();
 }
 
 void add_run_options(CLI::App& app, RunOptions& o) {

@@ -41,6 +41,7 @@ struct SyntheticOptions {
   int64_t warmup = -1;  // -1: 1, or 0 when there is a single step (app/run.h: warmup_of)
   std::string backend = "gloo";
   int port = 0;
+  std::string precision = "fp32";  // fp32 or bf16 (kit/precision.h)
   explicit SyntheticOptions(const std::string& out) {
     run.train.batch_size = 8;
     run.data.seq_len = 64;
@@ -57,7 +58,7 @@ struct SyntheticHelp {
   std::string steps = "Batches, one AdamW step each";
 };
 
-// --preset --n-layer --dropout --batch-size --seq-len --vocab-size --steps --warmup, in this order.
+// --preset --n-layer --dropout --batch-size --seq-len --vocab-size --steps --warmup --precision, in this order.
 void add_model_options(CLI::App& app, SyntheticOptions& o, const SyntheticHelp& help);
 
 // --lr --seed --threads --backend --port --out --no-progress of the same programs.

@@ -6,6 +6,7 @@
 #include <iostream>
 
 #include "kit/errors.h"
+#include "kit/precision.h"
 
 namespace kit {
 
@@ -38,6 +39,7 @@ void check_synthetic_options(const SyntheticOptions& o) {
     throw Error("--batch-size and --seq-len must be positive and --vocab-size at least 2 (got " +
                 std::to_string(o.run.train.batch_size) + ", " + std::to_string(o.run.data.seq_len) + ", " +
                 std::to_string(o.vocab) + ")");
+  parse_precision(o.precision);
 }
 
 GPT2Config synthetic_config(const SyntheticOptions& o) {
@@ -94,13 +96,15 @@ double median(std::vector<double> v) {
   return v.size() % 2 ? v[m] : (v[m - 1] + v[m]) / 2;
 }
 
-nlohmann::json run_metrics(const std::string& program, const RunOptions& run, const std::string& backend,
-                           const WorldInfo& world, const StepTimer& timer, int64_t tokens_per_step) {
+nlohmann::json run_metrics(const std::string& program, const SyntheticOptions& o, const WorldInfo& world,
+                           const StepTimer& timer, int64_t tokens_per_step) {
+  const RunOptions& run = o.run;
   return {{"program", program},
           {"preset", run.preset},
           {"world_size", world.world_size},
           {"rank", world.rank},
-          {"backend", backend},
+          {"backend", o.backend},
+          {"precision", o.precision},
           {"launcher", world.launcher_name()},
           {"batch_size", run.train.batch_size},
           {"seq_len", run.data.seq_len},

@@ -12,7 +12,7 @@
 //     timer.stop();
 //   }
 //   timer.finish();
-//   nlohmann::json m = kit::run_metrics("run_x", o.run, o.backend, world, timer, B * T);
+//   nlohmann::json m = kit::run_metrics("run_x", o, world, timer, B * T);
 //   m["losses"] = losses;  // and the program's own fields
 //
 // tokens/s, as in train/loop.h: the tokens of the timed steps over their wall time.
@@ -51,8 +51,9 @@ int64_t warmup_of(int64_t warmup_flag, int64_t steps);
 // --steps ("--warmup W must be at least 0 and below --steps S: at least one batch must be timed").
 void check_steps(int64_t steps, int64_t warmup_flag);
 
-// check_steps, then kit::Error unless --batch-size and --seq-len are positive and --vocab-size
-// is at least 2: the checks every SyntheticOptions program makes before its own.
+// check_steps, then kit::Error unless --batch-size and --seq-len are positive, --vocab-size
+// is at least 2 and --precision is fp32 or bf16: the checks every SyntheticOptions program
+// makes before its own.
 void check_synthetic_options(const SyntheticOptions& o);
 
 // The preset with --dropout and --n-layer applied (model_config), and --vocab-size where the
@@ -105,13 +106,13 @@ std::vector<double> after_warmup(const std::vector<double>& v, int64_t warmup);
 // The median (the mean of the two middle values for an even count; 0 for none).
 double median(std::vector<double> v);
 
-// The metrics every timed run reports: program, preset, world_size, rank, backend, launcher
-// (world.launcher_name()), batch_size (run.train.batch_size), seq_len, steps, warmup, lr,
+// The metrics every timed run reports: program, preset, world_size, rank, backend, precision,
+// launcher (world.launcher_name()), batch_size (o.run.train.batch_size), seq_len, steps, warmup, lr,
 // threads, step_seconds, timed_step_seconds, training_time, tokens_per_sec (timer's, with
 // tokens_per_step). The program adds its own fields; one that names a field otherwise
 // erases it (run_zero: batch_size_per_rank instead of batch_size).
-nlohmann::json run_metrics(const std::string& program, const RunOptions& run, const std::string& backend,
-                           const WorldInfo& world, const StepTimer& timer, int64_t tokens_per_step);
+nlohmann::json run_metrics(const std::string& program, const SyntheticOptions& o, const WorldInfo& world,
+                           const StepTimer& timer, int64_t tokens_per_step);
 
 // The bytes of the AdamW state tensors `optimizer` holds (exp_avg, exp_avg_sq, and
 // max_exp_avg_sq with amsgrad): after the first step, its optimizer state.

@@ -22,6 +22,7 @@
 #include "grid/grid.h"
 #include "grid/trainer.h"
 #include "kit/memory.h"
+#include "kit/precision.h"
 #include "model/checkpoint.h"
 #include "pipeline_training/schedules.h"
 #include "pipeline_training/trace_events.h"
@@ -136,6 +137,7 @@ int worker_main(const Run3DOptions& o, const kit::WorldInfo& world) {
   t.zero = o.zero;
   t.lr = o.run.train.lr;
   t.weight_decay = o.weight_decay;
+  t.precision = kit::parse_precision(o.precision);
   // The whole model from the seed on every rank; each rank keeps its part.
   kit::grid::Trainer3D trainer(kit::build_model(cfg, o.vocab, o.run.data.seq_len, o.run.train.seed), grid, t);
   for (const auto& chunk : trainer.chunks()) chunk.ptr()->set_recompute(o.recompute);
@@ -196,7 +198,7 @@ int worker_main(const Run3DOptions& o, const kit::WorldInfo& world) {
   }
   if (!o.run.out.empty()) {
     const double per = static_cast<double>(timer.timed_steps());
-    nlohmann::json m = kit::run_metrics("run_3d", o.run, o.backend, world, timer, B * T);
+    nlohmann::json m = kit::run_metrics("run_3d", o, world, timer, B * T);
     m.erase("batch_size");  // the global batch's rows, below
     m.update({{"n_layer", cfg.n_layer}, {"n_head", cfg.n_head}, {"n_embd", cfg.n_embd},
               {"vocab_size", cfg.vocab_size}, {"dp", o.grid.dp}, {"pp", o.grid.pp}, {"tp", o.grid.tp},

@@ -17,6 +17,7 @@
 #include "app/run.h"
 #include "dist/dist.h"
 #include "kit/memory.h"
+#include "kit/precision.h"
 #include "pipeline_training/forward_backward.h"
 #include "pipeline_training/measured.h"
 #include "pipeline_training/schedules.h"
@@ -172,6 +173,7 @@ int worker_main(const PpOptions& o, const kit::WorldInfo& world) {
                                 torch::optim::AdamWOptions(o.run.train.lr).weight_decay(o.run.train.weight_decay));
   pp::P2P p2p(shape, rank, torch::TensorOptions().dtype(torch::kFloat32).device(device));
   pp::Executor executor(me.chunks, shape, rank, p2p);
+  executor.set_precision(kit::parse_precision(o.precision));
   const bool holds_loss = rank == pp::rank_of_stage(shape, shape.stages() - 1);
   if (rank == 0)
     std::cout << "rank 0 of " << W << " (" << world.launcher_name() << ", " << o.backend << "): " << o.schedule
@@ -255,7 +257,7 @@ int worker_main(const PpOptions& o, const kit::WorldInfo& world) {
                            {"steps", o.steps}, {"warmup", warmup}});
   if (!o.run.out.empty()) {
     // Every token of the batch passes through every rank: tokens/s is not summed over ranks.
-    nlohmann::json m = kit::run_metrics("run_pipeline_training", o.run, o.backend, world, timer, B * T);
+    nlohmann::json m = kit::run_metrics("run_pipeline_training", o, world, timer, B * T);
     m.update({{"schedule", o.schedule}, {"n_layer", kit::synthetic_config(o).n_layer}, {"microbatches", o.microbatches},
               {"virtual_chunks", o.virtual_chunks}, {"stages", shape.stages()}, {"recompute", o.recompute},
               {"peak_kept", peak_kept},

@@ -18,6 +18,7 @@
 #include "app/cli.h"
 #include "app/run.h"
 #include "dist/dist.h"
+#include "kit/precision.h"
 #include "model/checkpoint.h"
 #include "tensor_parallel/model.h"
 #include "tensor_parallel/sharding.h"
@@ -97,6 +98,7 @@ int worker_main(const TpOptions& o, const kit::WorldInfo& world) {
   kit::dist::init_process_group(o.backend, rank, W);
   kit::set_threads(o.run.train.threads);
   const torch::Device device = kit::dist::device();
+  const kit::Precision precision = kit::parse_precision(o.precision);
   const kit::GPT2Config cfg = config_of(o);
   const int64_t B = o.run.train.batch_size, T = o.run.data.seq_len;
 
@@ -130,7 +132,11 @@ int worker_main(const TpOptions& o, const kit::WorldInfo& world) {
     timer.start(k);
     optimizer.zero_grad();
     const kit::TokenBatch& b = batches[static_cast<size_t>(k)];
-    auto loss = model->loss(b.idx.to(device), b.labels.to(device), b.mask.to(device));
+    torch::Tensor loss;
+    {
+      const kit::Autocast autocast(precision, device.type());  // bf16: the forward only (kit/precision.h)
+      loss = model->loss(b.idx.to(device), b.labels.to(device), b.mask.to(device));
+    }
     loss.backward();
     optimizer.step();
     if (k == 0) optimizer_bytes = kit::adamw_state_bytes(optimizer);
@@ -158,7 +164,7 @@ int worker_main(const TpOptions& o, const kit::WorldInfo& world) {
     const double ar_bytes = static_cast<double>(c.all_reduce_bytes) / per;
     const kit::tp::ParameterBytes mine = kit::tp::parameter_bytes(*model);
     // tokens_per_sec: every token of the batch passes through every rank: do not sum over ranks.
-    nlohmann::json m = kit::run_metrics("run_tensor_parallel", o.run, o.backend, world, timer, B * T);
+    nlohmann::json m = kit::run_metrics("run_tensor_parallel", o, world, timer, B * T);
     m.update({{"n_layer", cfg.n_layer}, {"n_head", cfg.n_head}, {"n_embd", cfg.n_embd},
               {"vocab_size", cfg.vocab_size}, {"tensor_parallel", W}, {"losses", losses},
               {"tp_all_reduce_calls_per_step", static_cast<double>(c.all_reduce_calls) / per},

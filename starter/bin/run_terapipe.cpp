@@ -19,6 +19,7 @@
 #include "app/cli.h"
 #include "app/run.h"
 #include "dist/dist.h"
+#include "kit/precision.h"
 #include "pipeline/model_parallel.h"
 #include "pipeline_training/forward_backward.h"
 #include "pipeline_training/trace_events.h"
@@ -184,6 +185,7 @@ int worker_main(const TeraOptions& o, const kit::WorldInfo& world) {
   kit::AdamW optimizer(params, torch::optim::AdamWOptions(o.run.train.lr).weight_decay(0.0));
   pp::P2P p2p(shape, rank, torch::TensorOptions().dtype(torch::kFloat32).device(kit::dist::device()));
   tp::SlicedExecutor executor(stages, shape, lengths, rank, p2p);
+  executor.set_precision(kit::parse_precision(o.precision));
   const pp::RankSchedule schedule = tp::make_sliced_schedule(shape, n, rank);
   const tp::LatencyModel latency = o.latency.empty() ? tp::LatencyModel{} : tp::read_latency_model(o.latency);
   const double predicted = o.latency.empty() ? -1 : predicted_seconds(o, lengths, latency);
@@ -230,7 +232,7 @@ int worker_main(const TeraOptions& o, const kit::WorldInfo& world) {
       timeline.push_back({a.action.op == pp::Op::Forward ? 0 : 1, a.action.microbatch, a.stage, a.start, a.end, a.recv});
     nlohmann::json units = nlohmann::json::array();
     for (auto& fb : unit_compute) units.push_back({kit::median(fb[0]), kit::median(fb[1])});
-    nlohmann::json j = kit::run_metrics("run_terapipe", o.run, o.backend, world, timer, B * T);
+    nlohmann::json j = kit::run_metrics("run_terapipe", o, world, timer, B * T);
     j.update({{"n_layer", cfg.n_layer}, {"n_embd", cfg.n_embd}, {"n_head", cfg.n_head},
               {"vocab_size", cfg.vocab_size}, {"stages", K}, {"microbatches", m}, {"slicing", o.slices},
               {"lengths", lengths}, {"pipeline_seconds", kit::after_warmup(pipeline_seconds, timer.warmup())},

@@ -36,7 +36,6 @@ struct ZeroRunOptions : kit::SyntheticOptions {
   int world_size = 2;
   double weight_decay = 1e-2;
   std::string optimizer = "zero1";
-  std::string precision = "fp32";
 };
 
 int stage_of(const std::string& optimizer) {
@@ -50,7 +49,6 @@ void check_options(const ZeroRunOptions& o, int world_size) {
   if (world_size < 1) throw kit::Error("--world-size must be at least 1 (got " + std::to_string(world_size) + ")");
   kit::check_synthetic_options(o);
   if (o.weight_decay < 0) throw kit::Error("--weight-decay must not be negative");
-  kit::parse_precision(o.precision);
   kit::check_model_fits(kit::synthetic_config(o), o.run.data.seq_len, o.vocab);
 }
 
@@ -81,10 +79,6 @@ int main(int argc, char** argv) {
   help.steps = "Batches, one optimizer step each";
   kit::add_model_options(app, o, help);
   app.add_option("--weight-decay", o.weight_decay, "AdamW's decoupled weight decay")->capture_default_str();
-  app.add_option("--precision", o.precision,
-                 "fp32, or bf16: the forward pass under bfloat16 autocast (the matrix products in bf16; weights, "
-                 "gradients, optimizer state and the loss in fp32; kit/precision.h)")
-      ->capture_default_str();
   kit::add_process_options(app, o);
   app.footer(
       "Metrics per rank (--out): tokens_per_sec (this rank's rows; sum over ranks for the job), losses, step "
@@ -184,7 +178,7 @@ int worker_main(const ZeroRunOptions& o, const kit::WorldInfo& me) {
           const kit::Autocast autocast(precision, device.type());  // bf16: the forward only
           logits = fsdp ? fsdp->forward(idx) : model->forward(idx);
         }
-        loss = kit::masked_cross_entropy(logits.to(torch::kFloat32), labels, mask);  // the loss in fp32
+        loss = kit::masked_cross_entropy(logits, labels, mask);  // the loss in fp32 (train/loss.h)
       }
       activation_bytes = std::max(activation_bytes, kit::memory::bytes_now(device) - held0);
       rss_rise = std::max(rss_rise, kit::memory::rss_bytes() - rss0);
@@ -231,10 +225,10 @@ int worker_main(const ZeroRunOptions& o, const kit::WorldInfo& me) {
     const double f_params = stage == 3 ? p4 / n : p4, f_grads = stage >= 2 ? p4 / n : p4,
                  f_state = stage == 0 ? 2 * p4 : 2 * p4 / n;
     // tokens_per_sec: this rank's rows only; the job's rate is the sum over the ranks.
-    nlohmann::json m = kit::run_metrics("run_zero", o.run, o.backend, me, timer, B * T);
+    nlohmann::json m = kit::run_metrics("run_zero", o, me, timer, B * T);
     m.erase("batch_size");
     m.update({
-        {"optimizer", o.optimizer}, {"zero_stage", stage}, {"precision", o.precision}, {"n_layer", cfg.n_layer}, {"n_head", cfg.n_head},
+        {"optimizer", o.optimizer}, {"zero_stage", stage}, {"n_layer", cfg.n_layer}, {"n_head", cfg.n_head},
         {"n_embd", cfg.n_embd}, {"vocab_size", cfg.vocab_size}, {"batch_size_per_rank", B},
         {"global_batch_size", B * W}, {"weight_decay", o.weight_decay},
         {"tokens_per_sec_summed_over_ranks", false},

@@ -3,6 +3,7 @@
 
 #include <torch/torch.h>
 
+#include "kit/precision.h"
 #include "model/checkpoint.h"
 #include "pipeline_training/recompute.h"
 #include "tensor_parallel/blocks.h"
@@ -58,7 +59,8 @@ torch::Tensor TensorParallelStageImpl::forward(const torch::Tensor& input) {
 torch::Tensor TensorParallelStageImpl::loss(const torch::Tensor& logits, const pp::MicroBatch& mb) const {
   if (!is_last())
     throw Error("stage " + std::to_string(stage()) + " has no loss: only the last stage computes it");
-  return tp::vocab_parallel_cross_entropy(logits, mb.labels, mb.mask, wte->vocab_start, tensor_) * mb.weight;
+  return tp::vocab_parallel_cross_entropy(full_precision(logits), mb.labels, mb.mask, wte->vocab_start, tensor_) *
+         mb.weight;
 }
 
 TensorDict TensorParallelStageImpl::whole_state_dict() const {

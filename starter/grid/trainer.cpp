@@ -71,6 +71,7 @@ Trainer3D::Trainer3D(const GPT2& full, const ProcessGrid& grid, Options3D option
   impl_->p2p = std::make_unique<pp::P2P>(shape_, grid.coords.pp, options_of_messages,
                                          group_ranks(GroupKind::Pipeline, dist::get_rank(), grid.shape));
   impl_->executor = std::make_unique<pp::Executor>(as_stages, shape_, grid.coords.pp, *impl_->p2p);
+  impl_->executor->set_precision(options.precision);
   impl_->pipeline = {as_stages, shape_, grid.coords.pp, &grid_.embedding};
   if (options.zero) {
     zero::ZeroOptions z;

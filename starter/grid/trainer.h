@@ -41,6 +41,7 @@ struct Options3D {
   pp::ScheduleKind schedule = pp::ScheduleKind::OneFOneB;
   bool zero = false;                                   // ZeRO-1 over the data group
   double lr = 1e-4, weight_decay = 0.0;                // AdamW (torch's betas and eps)
+  Precision precision = Precision::FP32;               // bf16: the forwards under autocast
 };
 
 // Seconds this rank spent in each kind of communication during one step (dist's counters:

@@ -68,4 +68,17 @@ Autocast::~Autocast() {
   set_dtype(device_, was_dtype_);
 }
 
+at::Tensor full_precision(const at::Tensor& logits) {
+  const auto t = logits.scalar_type();
+  return t == at::kBFloat16 || t == at::kHalf ? logits.to(at::kFloat) : logits;
+}
+
+AutocastState autocast_state(c10::DeviceType device) { return {enabled(device), dtype(device)}; }
+
+void set_autocast_state(c10::DeviceType device, const AutocastState& state) {
+  set_enabled(device, state.enabled);
+  set_dtype(device, state.dtype);
+  at::autocast::clear_cache();
+}
+
 }  // namespace kit

@@ -36,7 +36,7 @@ struct BatchScope {
 
 BatchResult run_actions(const RankSchedule& schedule, const PipelineShape& shape, int64_t rank, P2P& p2p,
                         const std::function<void(const Action&)>& perform, const std::function<size_t()>& kept,
-                        const OnAction& on_action, const std::string& unit) {
+                        const OnAction& on_action, const std::string& unit, const ForwardPrecision& forward) {
   BatchResult result;
   const auto t0 = std::chrono::steady_clock::now();
   result.clock_origin = std::chrono::duration<double>(t0.time_since_epoch()).count();
@@ -54,7 +54,12 @@ BatchResult run_actions(const RankSchedule& schedule, const PipelineShape& shape
     const double recv_before = p2p.recv_seconds();
     p2p.take_recv_spans();  // earlier receives are no action's
     t.start = since_start();
-    perform(a);
+    if (a.op == Op::Forward) {
+      const Autocast autocast(forward);
+      perform(a);
+    } else {
+      perform(a);
+    }
     t.end = since_start();
     t.recv = p2p.recv_seconds() - recv_before;
     for (const auto& [from, to] : p2p.take_recv_spans())
@@ -63,6 +68,11 @@ BatchResult run_actions(const RankSchedule& schedule, const PipelineShape& shape
     result.peak_kept = std::max<int64_t>(result.peak_kept, static_cast<int64_t>(kept()));
   }
   return result;
+}
+
+ForwardPrecision forward_precision(Precision precision, const torch::nn::Module& module) {
+  const auto params = module.parameters();
+  return {precision, params.empty() ? c10::DeviceType::CPU : params.front().device().type()};
 }
 
 BatchResult Executor::run(const RankSchedule& schedule, const std::vector<MicroBatch>& micro,
@@ -78,7 +88,7 @@ BatchResult Executor::run(const RankSchedule& schedule, const std::vector<MicroB
   BatchResult result = run_actions(
       schedule, shape_, rank_, p2p_,
       [this](const Action& a) { a.op == Op::Forward ? forward_step(a) : backward_step(a); },
-      [this] { return kept_.size(); }, on_action);
+      [this] { return kept_.size(); }, on_action, "micro-batch", forward_);
   if (!kept_.empty()) {
     const auto& [i, c] = kept_.begin()->first;
     throw Error("rank " + std::to_string(rank_) + ": after the whole schedule " + std::to_string(kept_.size()) +

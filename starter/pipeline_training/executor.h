@@ -28,6 +28,7 @@
 #include <utility>
 #include <vector>
 
+#include "kit/precision.h"
 #include "pipeline_training/action.h"
 #include "pipeline_training/p2p.h"
 #include "pipeline_training/stage_model.h"
@@ -67,11 +68,16 @@ using OnAction = std::function<void(size_t, const Action&)>;
 // the rank's actions one after another, each checked against the shape (`unit` names what
 // Action::microbatch counts in the error: "micro-batch", or TeraPipe's "unit"), performed
 // by `perform` and timed, with the P2P receives it waited in, and the most forwards kept
-// at once (`kept`: how many are kept now). What is left kept after the last action and
-// p2p.finish() are the caller's, whose errors name its own steps.
+// at once (`kept`: how many are kept now). Forward actions run under `forward`'s autocast
+// (--precision bf16; kit/precision.h), backward actions outside it. What is left kept after
+// the last action and p2p.finish() are the caller's, whose errors name its own steps.
 BatchResult run_actions(const RankSchedule& schedule, const PipelineShape& shape, int64_t rank, P2P& p2p,
                         const std::function<void(const Action&)>& perform, const std::function<size_t()>& kept,
-                        const OnAction& on_action = {}, const std::string& unit = "micro-batch");
+                        const OnAction& on_action = {}, const std::string& unit = "micro-batch",
+                        const ForwardPrecision& forward = {});
+
+// The precision of forwards on `module`'s parameters' device type (the CPU when it has none).
+ForwardPrecision forward_precision(Precision precision, const torch::nn::Module& module);
 
 class Executor {
  public:
@@ -84,6 +90,8 @@ class Executor {
   // kept or unsent, and when an action names a chunk or micro-batch out of range.
   // on_action (tests, failure injection): called before each action with its index.
   BatchResult run(const RankSchedule& schedule, const std::vector<MicroBatch>& micro, const OnAction& on_action = {});
+  // --precision: bf16 runs every forward action under autocast (run_actions); fp32 by default.
+  void set_precision(Precision precision) { forward_ = forward_precision(precision, *chunks_.front()); }
 
   // ---- Problem 3.2 (student functions, pipeline_training/step.cpp) ------------------
   void forward_step(const Action& a);
@@ -119,6 +127,7 @@ class Executor {
   std::map<std::pair<int64_t, int64_t>, Kept> kept_;  // (micro-batch, chunk) -> kept
   double loss_ = 0;
   int64_t peak_kept_ = 0;
+  ForwardPrecision forward_;
 };
 
 }  // namespace kit::pp

@@ -33,13 +33,17 @@
 // (reentrant) implementation, the output records a graph only when x requires a gradient:
 // in a pipeline stage it always does (a received activation, or the embeddings' output).
 // The generators' states are taken and put back by the given save_generators and
-// restore_generators below (the CPU generator, and x's GPU's when x is on a GPU). LibTorch 1.13
-// and 2.x have the same autograd and generator calls for this; nothing goes through kit/compat.h.
+// restore_generators below (the CPU generator, and x's GPU's when x is on a GPU), and with
+// them autocast's setting (kit/precision.h): under --precision bf16 the first forward ran in
+// bf16, outside any autocast the backward runs, and the block must run again as it first ran.
+// LibTorch 1.13 and 2.x have the same autograd and generator calls for this.
 #pragma once
 #include <torch/types.h>
 
 #include <cstdint>
 #include <functional>
+
+#include "kit/precision.h"
 
 namespace kit::pp {
 
@@ -60,10 +64,13 @@ torch::Tensor recompute(const BlockFn& block, const torch::Tensor& x);
 
 // The states of the random generators a block on `device` draws its dropout masks from: the
 // CPU's, and the device's own when it is a GPU. Each is taken and set under its generator's
-// mutex (at::globalContext().defaultGenerator(device), get_state() / set_state()).
+// mutex (at::globalContext().defaultGenerator(device), get_state() / set_state()). Also
+// autocast's setting on the device's type (kit::autocast_state), which restore_generators
+// puts back too.
 struct GeneratorStates {
   torch::Tensor cpu, cuda;  // cuda: defined when device is a GPU
   c10::Device device{torch::kCPU};
+  AutocastState autocast;
 };
 GeneratorStates save_generators(const c10::Device& device);
 void restore_generators(const GeneratorStates& states);  // kit::Error if `states` was never saved

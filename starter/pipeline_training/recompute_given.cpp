@@ -22,6 +22,7 @@ bool inside_backward() { return torch::autograd::get_current_graph_task_exec_inf
 GeneratorStates save_generators(const c10::Device& device) {
   GeneratorStates s;
   s.device = device;
+  s.autocast = autocast_state(device.type());
   {
     at::Generator cpu = at::globalContext().defaultGenerator(torch::kCPU);
     std::lock_guard<std::mutex> lock(cpu.mutex());
@@ -48,6 +49,7 @@ void restore_generators(const GeneratorStates& s) {
     std::lock_guard<std::mutex> lock(cuda.mutex());
     cuda.set_state(s.cuda);
   }
+  set_autocast_state(s.device.type(), s.autocast);
 }
 
 void reset_recompute_counters() {

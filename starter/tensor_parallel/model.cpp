@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 
 #include "kit/errors.h"
+#include "kit/precision.h"
 #include "model/checkpoint.h"
 #include "tensor_parallel/blocks.h"
 #include "tensor_parallel/mappings.h"
@@ -45,7 +46,7 @@ torch::Tensor TensorParallelGPT2Impl::forward(const torch::Tensor& idx) {
 
 torch::Tensor TensorParallelGPT2Impl::loss(const torch::Tensor& idx, const torch::Tensor& labels,
                                            const torch::Tensor& mask) {
-  return vocab_parallel_cross_entropy(forward(idx), labels, mask, wte->vocab_start, group_);
+  return vocab_parallel_cross_entropy(full_precision(forward(idx)), labels, mask, wte->vocab_start, group_);
 }
 
 TensorDict TensorParallelGPT2Impl::shard_state_dict() const {

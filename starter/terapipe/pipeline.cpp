@@ -7,6 +7,7 @@
 #include <chrono>
 
 #include "kit/errors.h"
+#include "kit/precision.h"
 #include "terapipe/slicing.h"
 
 namespace kit::terapipe {
@@ -104,7 +105,7 @@ pp::BatchResult SlicedExecutor::run(const pp::RankSchedule& schedule, const std:
   pp::BatchResult result = pp::run_actions(
       schedule, shape_, rank_, p2p_,
       [this](const pp::Action& a) { a.op == pp::Op::Forward ? forward_slice(a) : backward_slice(a); },
-      [this] { return kept_.size(); }, {}, "unit");
+      [this] { return kept_.size(); }, {}, "unit", forward_);
   if (!kept_.empty()) {
     const auto& [u, c] = kept_.begin()->first;
     throw Error("rank " + std::to_string(rank_) + ": after the whole schedule " + std::to_string(kept_.size()) +
@@ -143,7 +144,8 @@ std::vector<int64_t> SlicedExecutor::activation_shape(const pp::Action& a) const
   return {microbatch(a).idx.size(0), length_of(a), stages_.front()->config().n_embd};
 }
 
-torch::Tensor SlicedExecutor::slice_loss(const pp::Action& a, const torch::Tensor& logits) const {
+torch::Tensor SlicedExecutor::slice_loss(const pp::Action& a, const torch::Tensor& low_logits) const {
+  const torch::Tensor logits = full_precision(low_logits);  // fp32 under bf16 autocast (train/loss.h)
   const pp::MicroBatch& mb = microbatch(a);
   const int64_t c = offset_of(a), l = length_of(a), V = logits.size(-1);
   auto token_loss = torch::nn::functional::cross_entropy(

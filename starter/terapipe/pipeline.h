@@ -88,6 +88,8 @@ class SlicedExecutor {
   // Gradients accumulate into the stages' parameters. Throws kit::Error when the schedule
   // leaves anything kept or names a unit out of range.
   pp::BatchResult run(const pp::RankSchedule& schedule, const std::vector<pp::MicroBatch>& micro);
+  // --precision: bf16 runs every slice's forward under autocast (pp::run_actions); fp32 by default.
+  void set_precision(Precision precision) { forward_ = pp::forward_precision(precision, *stages_.front()); }
 
   // ---- Problem 7.2 (student functions, terapipe/pipeline_step.cpp) ------------------
   void forward_slice(const pp::Action& a);
@@ -140,6 +142,7 @@ class SlicedExecutor {
   std::map<std::pair<int64_t, int64_t>, KeptSlice> kept_;                // (unit, chunk)
   std::map<std::pair<int64_t, int64_t>, std::vector<KVCache>> handed_;  // (unit, chunk) -> next slice's context
   double loss_ = 0;
+  ForwardPrecision forward_;
 };
 
 }  // namespace kit::terapipe

@@ -2,10 +2,13 @@
 
 #include <torch/torch.h>
 
+#include "kit/precision.h"
+
 namespace kit {
 
-torch::Tensor masked_cross_entropy(const torch::Tensor& logits, const torch::Tensor& labels,
+torch::Tensor masked_cross_entropy(const torch::Tensor& low_logits, const torch::Tensor& labels,
                                    const torch::Tensor& mask) {
+  const torch::Tensor logits = full_precision(low_logits);
   const auto V = logits.size(-1);
   auto token_loss = torch::nn::functional::cross_entropy(
       logits.reshape({-1, V}), labels.reshape({-1}).to(logits.device()),

@@ -16,6 +16,7 @@
 #include "kit/precision.h"
 #include "model/attention.h"
 #include "model/gpt2.h"
+#include "pipeline_training/recompute.h"
 #include "train/adamw.h"
 #include "train/loss.h"
 
@@ -446,4 +447,39 @@ TEST(Precision, Bf16LossAndGradientsFollowFp32) {
                           (grads16[i].norm().item<double>() * grads32[i].norm().item<double>() + 1e-30);
     EXPECT_GT(cosine, 0.99) << "parameter " << i << ": bf16's gradient points elsewhere than fp32's";
   }
+}
+
+// Losses are taken in fp32 of bf16 logits (full_precision), never in bf16, and float64 stays
+// float64 (the float64 tests' models).
+TEST(Precision, LossesAreTakenInFp32OfBf16Logits) {
+  torch::manual_seed(4);
+  const auto logits32 = torch::randn({3, 5, 11});
+  const auto logits16 = logits32.to(torch::kBFloat16);
+  const auto labels = torch::randint(11, {3, 5}, torch::kLong);
+  const auto mask = torch::ones({3, 5});
+  EXPECT_EQ(kit::full_precision(logits16).scalar_type(), torch::kFloat32);
+  EXPECT_EQ(kit::full_precision(logits32.to(torch::kFloat64)).scalar_type(), torch::kFloat64);
+  EXPECT_TRUE(kit::full_precision(logits32).is_same(logits32)) << "fp32 logits must pass through as they are";
+  const auto loss = kit::masked_cross_entropy(logits16, labels, mask);
+  EXPECT_EQ(loss.scalar_type(), torch::kFloat32);
+  EXPECT_EQ(loss.item<float>(),
+            kit::masked_cross_entropy(logits16.to(torch::kFloat32), labels, mask).item<float>());
+}
+
+// A recomputed block runs again under the autocast setting its first forward ran under:
+// save_generators keeps it, restore_generators puts it back (and then the one saved after).
+TEST(Precision, RecomputeStatesCarryTheAutocastSetting) {
+  kit::pp::GeneratorStates inside;
+  {
+    const kit::Autocast autocast(kit::Precision::BF16, torch::kCPU);
+    inside = kit::pp::save_generators(torch::Device(torch::kCPU));
+  }
+  const kit::pp::GeneratorStates outside = kit::pp::save_generators(torch::Device(torch::kCPU));
+  torch::nn::Linear lin(8, 4);
+  const auto x = torch::randn({2, 8});
+  EXPECT_EQ(lin(x).scalar_type(), torch::kFloat32);
+  kit::pp::restore_generators(inside);
+  EXPECT_EQ(lin(x).scalar_type(), torch::kBFloat16) << "the first forward's bf16 autocast was not put back";
+  kit::pp::restore_generators(outside);
+  EXPECT_EQ(lin(x).scalar_type(), torch::kFloat32) << "autocast stayed on after the states from outside it";
 }
