@@ -128,8 +128,9 @@ def without_other_assignments(files, n: int):
 # The grader's files a student bundle carries: the grader itself, so that students grade their own
 # build on the public cases (python3 grader/grade.py --local build), and the speed gates' harness,
 # so that they can time their code as the grader would (python3 grader/perf_gates.py --build build).
-PUBLIC_GRADER_FILES = ("grader/grade.py", "grader/sandbox.py", "grader/symbols.py", "grader/symbols.json",
-                       "grader/perf/perf_worker.cpp", "grader/perf_gates.py")
+PUBLIC_GRADER_FILES = ("grader/grade.py", "grader/rubric.py", "grader/submission.py", "grader/cases.py",
+                       "grader/cpp_source.py", "grader/objects.py", "grader/sandbox.py", "grader/symbols.py",
+                       "grader/symbols.json", "grader/perf/perf_worker.cpp", "grader/perf_gates.py")
 BUNDLE_INFO = "grader/bundle.json"
 
 

@@ -29,6 +29,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from cpp_source import strip_comments  # noqa: E402
+from objects import OBJECT_DIRS, given_objects  # noqa: E402
+from rubric import all_student_files  # noqa: E402
+
 RULES_FILE = Path(__file__).resolve().parent / "symbols.json"
 WRAPPERS = re.compile(r"^(vtable for |typeinfo for |typeinfo name for |VTT for |construction vtable for "
                       r"|guard variable for |TLS init function for |TLS wrapper function for |"
@@ -208,8 +213,7 @@ def source_lines(source: Path, demangled: str):
                                                                          "operator", "const", "unsigned")]
     words = [w.lstrip("_") or w for w in words[-2:]]
     try:
-        from grade import strip_comments  # the same lexer as the source checks
-        code = strip_comments(source.read_text(errors="replace"))
+        code = strip_comments(source.read_text(errors="replace"))  # the same lexer as the source checks
     except Exception:
         code = source.read_text(errors="replace")
     found = []
@@ -262,19 +266,11 @@ def findings_of(obj: Path, source: Path = None, given: GivenCode = None):
     return out
 
 
-# Where a KIT_SOLUTION build keeps its objects of the student files (under CMakeFiles/): each
-# assignment's solution, and the starter stubs (the grader's references link those).
-OBJECT_DIRS = {"solution": ["kit_student.dir/solution", "kit_planner.dir/solution"],
-               "starter": ["kit_reference.dir/starter", "kit_planner_starter_check.dir/starter"]}
-
-
 def audit(build: Path, kit: Path, verbose=False):
     """The check on a solution build (-DKIT_SOLUTION=ON, as CI builds it): every assignment's
     reference solution objects and starter stub objects. Returns (findings, report lines)."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    import grade
-    files = grade.all_student_files(kit)
-    given = GivenCode(grade.given_objects(build, files))
+    files = all_student_files(kit)
+    given = GivenCode(given_objects(build, files))
     findings, lines, used = [], [], {"solution": {}, "starter": {}}
     for f in files:
         for side, dirs in OBJECT_DIRS.items():

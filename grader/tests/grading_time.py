@@ -18,6 +18,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
+import cases  # noqa: E402
 import grade  # noqa: E402
 from sandbox import Sandbox  # noqa: E402
 
@@ -38,13 +39,13 @@ def main(argv=None) -> int:
         os.chmod(scratch, 0o755)
         log = []
         wanted = grade.wanted_cases(grade.list_cases(None, programs, scratch, log), rubric["items"], rubric)
-        batch = grade.BATCH_CASES
+        batch = cases.BATCH_CASES
         for way in WAYS:
             progs = {s: dict(p) for s, p in programs.items()}
             if way == "one process":
                 for p in progs.values():
                     p.pop("judge", None)
-            grade.BATCH_CASES = batch if way == "batches" else 0
+            cases.BATCH_CASES = batch if way == "batches" else 0  # run_tests reads it there
             t0 = time.time()
             res = grade.run_tests(sandbox, progs, wanted, args.jobs, 24 * 3600, None, rubric.get("may_skip", []),
                                   scratch, log)
@@ -53,7 +54,7 @@ def main(argv=None) -> int:
             failed += len(bad)
             print(f"{way}: {len(res)} cases in {times[way]:.1f} s" + (f", {len(bad)} not passed: {bad[:3]}" if bad else ""),
                   flush=True)
-        grade.BATCH_CASES = batch
+        cases.BATCH_CASES = batch
     print(json.dumps({"seconds": {k: round(v, 1) for k, v in times.items()},
                       "ratio to one process": {k: round(v / times[WAYS[0]], 2) for k, v in times.items()}}))
     return 1 if failed else 0

@@ -19,6 +19,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
+import cases as grader_cases  # noqa: E402
 import grade  # noqa: E402
 from sandbox import Sandbox  # noqa: E402
 
@@ -48,7 +49,7 @@ def main(argv=None) -> int:
         wanted = {n: c for n, c in cases.items() if fnmatch.fnmatchcase(c[1], args.filter)
                   and not c[1].startswith("RankRole.")}
         if args.one_by_one:
-            grade.BATCH_CASES = 0
+            grader_cases.BATCH_CASES = 0  # run_tests reads it there
         results = grade.run_tests(sandbox, programs, wanted, args.jobs, 24 * 3600, args.timeout, [], scratch, log)
         print(log[-1])
         for name in sorted(results):
