@@ -12,7 +12,7 @@
 //
 // Synthetic batches (random tokens, every label counted) make the step independent of the
 // tokenizer and identical to the Python one. tokens/s follows the kit's one definition
-// (train/loop.h): tokens processed in the timed steps / their wall time; over several
+// (project/loop.h): tokens processed in the timed steps / their wall time; over several
 // processes, the sum of their tokens over the slowest one's time.
 #include <sys/resource.h>
 #include <torch/torch.h>
@@ -33,10 +33,12 @@
 #include "dist/launch.h"
 #include "kit/errors.h"
 #include "kit/gemm.h"
+#include "kit/threads.h"
+#include "model/gpt2.h"
 #include "pipeline/model_parallel.h"
 #include "project/cli.h"
+#include "project/loop.h"
 #include "project/run_data_parallel.h"
-#include "train/loop.h"
 #include "train/loss.h"
 
 namespace {

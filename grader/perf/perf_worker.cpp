@@ -35,10 +35,13 @@
 #include <unistd.h>
 #include <vector>
 
+#include "data/dataset.h"
 #include "dist/dist.h"
 #include "dist/launch.h"
 #include "kit/errors.h"
 #include "kit/gemm.h"
+#include "kit/threads.h"
+#include "model/gpt2.h"
 #include "pipeline/model_parallel.h"
 #include "pipeline_training/executor.h"
 #include "pipeline_training/p2p.h"
@@ -46,7 +49,6 @@
 #include "pipeline_training/stage_model.h"
 #include "project/cli.h"
 #include "project/run_data_parallel.h"
-#include "train/loop.h"
 #include "train/loss.h"
 
 namespace {

@@ -15,7 +15,7 @@
 //   nlohmann::json m = kit::run_metrics("run_x", o, world, timer, B * T);
 //   m["losses"] = losses;  // and the program's own fields
 //
-// tokens/s, as in train/loop.h: the tokens of the timed steps over their wall time.
+// tokens/s, as in project/loop.h: the tokens of the timed steps over their wall time.
 #pragma once
 #include <torch/optim/adamw.h>
 #include <torch/types.h>

@@ -17,7 +17,7 @@
 #include "app/cli.h"
 #include "kit/compat.h"  // KIT_HAVE_GLOO, KIT_HAVE_NCCL
 #include "kit/gemm.h"
-#include "train/loop.h"
+#include "kit/threads.h"
 
 namespace {
 

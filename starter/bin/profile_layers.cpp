@@ -21,10 +21,10 @@
 #include "dist/dist.h"
 #include "kit/errors.h"
 #include "kit/memory.h"
+#include "kit/threads.h"
 #include "planner/model_spec.h"
 #include "profiler/layers.h"
 #include "tensor_parallel/sharding.h"
-#include "train/loop.h"
 
 namespace {
 

@@ -23,10 +23,11 @@
 #include "grid/trainer.h"
 #include "kit/memory.h"
 #include "kit/precision.h"
+#include "kit/threads.h"
 #include "model/checkpoint.h"
+#include "model/gpt2.h"
 #include "pipeline_training/schedules.h"
 #include "pipeline_training/trace_events.h"
-#include "train/loop.h"
 
 namespace {
 

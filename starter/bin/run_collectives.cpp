@@ -21,7 +21,7 @@
 #include "collectives/bandwidth.h"
 #include "collectives/ring.h"
 #include "dist/dist.h"
-#include "train/loop.h"
+#include "kit/threads.h"
 
 namespace {
 

@@ -20,8 +20,10 @@
 #include "data_parallel/grad_buckets.h"
 #include "dist/dist.h"
 #include "dist/launch.h"
+#include "kit/threads.h"
+#include "model/gpt2.h"
+#include "project/loop.h"
 #include "project/run_data_parallel.h"
-#include "train/loop.h"
 
 namespace {
 

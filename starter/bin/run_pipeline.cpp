@@ -17,8 +17,10 @@
 
 #include "app/cli.h"
 #include "kit/errors.h"
+#include "kit/threads.h"
+#include "model/gpt2.h"
 #include "pipeline/model_parallel.h"
-#include "train/loop.h"
+#include "project/loop.h"
 
 namespace {
 

@@ -18,13 +18,14 @@
 #include "dist/dist.h"
 #include "kit/memory.h"
 #include "kit/precision.h"
+#include "kit/threads.h"
+#include "model/gpt2.h"
 #include "pipeline_training/forward_backward.h"
 #include "pipeline_training/measured.h"
 #include "pipeline_training/schedules.h"
 #include "pipeline_training/simulate.h"
 #include "pipeline_training/trace_events.h"
 #include "train/adamw.h"
-#include "train/loop.h"
 
 namespace {
 namespace pp = kit::pp;

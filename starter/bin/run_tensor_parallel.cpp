@@ -19,11 +19,12 @@
 #include "app/run.h"
 #include "dist/dist.h"
 #include "kit/precision.h"
+#include "kit/threads.h"
 #include "model/checkpoint.h"
+#include "model/gpt2.h"
 #include "tensor_parallel/model.h"
 #include "tensor_parallel/sharding.h"
 #include "train/adamw.h"
-#include "train/loop.h"
 
 namespace {
 

@@ -20,6 +20,8 @@
 #include "app/run.h"
 #include "dist/dist.h"
 #include "kit/precision.h"
+#include "kit/threads.h"
+#include "model/gpt2.h"
 #include "pipeline/model_parallel.h"
 #include "pipeline_training/forward_backward.h"
 #include "pipeline_training/trace_events.h"
@@ -27,7 +29,6 @@
 #include "terapipe/pipeline.h"
 #include "terapipe/slicing.h"
 #include "train/adamw.h"
-#include "train/loop.h"
 
 namespace {
 namespace pp = kit::pp;

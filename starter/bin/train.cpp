@@ -8,8 +8,10 @@
 #include <nlohmann/json.hpp>
 
 #include "app/cli.h"
+#include "kit/threads.h"
 #include "model/checkpoint.h"
-#include "train/loop.h"
+#include "model/gpt2.h"
+#include "project/loop.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"Train GPT-2 in one process on the parallel corpus and write per-epoch metrics as JSON."};

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "data/dataset.h"
-#include "train/loop.h"
+#include "project/loop.h"
 
 namespace kit {
 

@@ -137,4 +137,17 @@ int64_t count_parameters(const torch::nn::Module& model) {
   return n;
 }
 
+GPT2 build_model(GPT2Config cfg, int64_t vocab_size, int64_t seq_len, uint64_t seed) {
+  if (cfg.vocab_size <= 0) cfg.vocab_size = vocab_size;
+  if (vocab_size > cfg.vocab_size)
+    throw Error("the tokenizer has " + std::to_string(vocab_size) + " tokens but preset '" + cfg.name +
+                "' only " + std::to_string(cfg.vocab_size) + ": use a smaller --vocab-size");
+  if (seq_len > cfg.n_positions)
+    throw Error("sequence length " + std::to_string(seq_len) + " is longer than preset '" + cfg.name +
+                "' allows (n_positions = " + std::to_string(cfg.n_positions) +
+                "): use --seq-len " + std::to_string(cfg.n_positions) + " or less");
+  torch::manual_seed(seed);
+  return GPT2(cfg);
+}
+
 }  // namespace kit

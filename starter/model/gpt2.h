@@ -83,4 +83,9 @@ TORCH_MODULE(GPT2);
 // Number of distinct parameter elements (the tied weight counted once).
 int64_t count_parameters(const torch::nn::Module& model);
 
+// A GPT-2 of the given preset whose vocabulary is vocab_size where the preset leaves it open
+// (the gpt2 preset keeps its 50257), built right after torch::manual_seed(seed) so every
+// process gets the same weights. kit::Error when vocab_size or seq_len exceed the preset's.
+GPT2 build_model(GPT2Config cfg, int64_t vocab_size, int64_t seq_len, uint64_t seed);
+
 }  // namespace kit

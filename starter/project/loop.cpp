@@ -1,6 +1,5 @@
-#include "train/loop.h"
+#include "project/loop.h"
 
-#include <ATen/Parallel.h>
 #include <torch/torch.h>
 
 #include <chrono>
@@ -29,19 +28,6 @@ nlohmann::json to_json(const EpochMetrics& m) {
           {"batch_losses", m.batch_losses}};
 }
 
-void set_threads(int64_t n) {
-  if (n < 1) throw Error("--threads must be at least 1 (got " + std::to_string(n) + ")");
-  at::set_num_threads(static_cast<int>(n));
-  // Inter-op threads can only be set once per process; the kit never uses them.
-  static bool interop_set = false;
-  if (!interop_set) {
-    at::set_num_interop_threads(1);
-    interop_set = true;
-  }
-}
-
-void seed_everything(uint64_t seed) { torch::manual_seed(seed); }
-
 TrainingData load_training_data(const DataConfig& cfg) {
   Corpus corpus = load_corpus(cfg);
   TrainingData d;
@@ -50,19 +36,6 @@ TrainingData load_training_data(const DataConfig& cfg) {
   d.valid = std::make_shared<TranslationDataset>(corpus.valid, *d.tokenizer, cfg.seq_len);
   d.test = std::make_shared<TranslationDataset>(corpus.test, *d.tokenizer, cfg.seq_len);
   return d;
-}
-
-GPT2 build_model(GPT2Config cfg, int64_t vocab_size, int64_t seq_len, uint64_t seed) {
-  if (cfg.vocab_size <= 0) cfg.vocab_size = vocab_size;
-  if (vocab_size > cfg.vocab_size)
-    throw Error("the tokenizer has " + std::to_string(vocab_size) + " tokens but preset '" + cfg.name +
-                "' only " + std::to_string(cfg.vocab_size) + ": use a smaller --vocab-size");
-  if (seq_len > cfg.n_positions)
-    throw Error("sequence length " + std::to_string(seq_len) + " is longer than preset '" + cfg.name +
-                "' allows (n_positions = " + std::to_string(cfg.n_positions) +
-                "): use --seq-len " + std::to_string(cfg.n_positions) + " or less");
-  seed_everything(seed);
-  return GPT2(cfg);
 }
 
 std::unique_ptr<torch::optim::AdamW> make_optimizer(torch::nn::Module& model, const TrainConfig& cfg) {

@@ -1,4 +1,5 @@
-// The training loop shared by every program: one process, data parallel and pipeline.
+// Assignment 1's training loop over the translation corpus, shared by its programs (one
+// process, data parallel, pipeline): train_step (project/utils.h) on every batch.
 //
 // tokens/s, the kit's one definition: tokens processed / wall time of the epoch's
 // training part, where tokens processed = sum over batches of B * T (input positions,
@@ -36,13 +37,6 @@ struct EpochMetrics {
 };
 nlohmann::json to_json(const EpochMetrics& m);
 
-// Sets LibTorch's intra-op threads (LibTorch here starts with 1 unless told) and one
-// inter-op thread. Throws kit::Error for n < 1.
-void set_threads(int64_t n);
-
-// Seeds LibTorch's generator (model init, dropout).
-void seed_everything(uint64_t seed);
-
 // The tokenizer and the three splits as token sequences.
 struct TrainingData {
   std::shared_ptr<Tokenizer> tokenizer;
@@ -50,11 +44,6 @@ struct TrainingData {
 };
 // Generates the toy corpus when cfg.dir is empty, trains or loads the tokenizer, encodes.
 TrainingData load_training_data(const DataConfig& cfg);
-
-// A GPT-2 of the given preset whose vocabulary matches the tokenizer (the gpt2 preset
-// keeps its 50257), built right after seeding with `seed` so every process gets the same
-// weights. Throws kit::Error when seq_len exceeds the preset's context.
-GPT2 build_model(GPT2Config cfg, int64_t vocab_size, int64_t seq_len, uint64_t seed);
 
 std::unique_ptr<torch::optim::AdamW> make_optimizer(torch::nn::Module& model, const TrainConfig& cfg);
 

@@ -43,7 +43,7 @@
 #include "judge/tensor.h"
 #include "kit/config.h"
 #include "model/gpt2.h"
-#include "train/loop.h"
+#include "project/loop.h"
 #include "train/loss.h"
 #include "build_programs.h"
 

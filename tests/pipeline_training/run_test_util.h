@@ -18,7 +18,6 @@
 #include "kit/config.h"
 #include "model/gpt2.h"
 #include "pipeline_training/action.h"
-#include "train/loop.h"
 #include "train/loss.h"
 #include "build_programs.h"
 

@@ -17,10 +17,10 @@
 
 #include "judge/judge.h"
 #include "judge/tensor.h"
+#include "model/gpt2.h"
 #include "pipeline_training/executor.h"
 #include "pipeline_training/p2p.h"
 #include "pipeline_training/stage_model.h"
-#include "train/loop.h"
 #include "train/loss.h"
 
 namespace {

@@ -50,7 +50,6 @@
 #include "rank_roles.h"
 #include "reference_schedules.h"
 #include "run_test_util.h"
-#include "train/loop.h"
 
 namespace {
 using kit::pp::MicroBatch;

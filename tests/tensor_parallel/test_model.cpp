@@ -7,11 +7,11 @@
 #include <torch/torch.h>
 
 #include "model/checkpoint.h"
+#include "model/gpt2.h"
 #include "tensor_parallel/mappings.h"
 #include "tensor_parallel/model.h"
 #include "tensor_parallel/sharding.h"
 #include "tp_test_util.h"
-#include "train/loop.h"
 #include "train/loss.h"
 
 namespace {

@@ -17,7 +17,6 @@
 #include "build_programs.h"
 #include "judge/judge.h"
 #include "judge/tensor.h"
-#include "train/loop.h"
 #include "train/loss.h"
 
 

@@ -21,7 +21,6 @@
 #include "judge/judge.h"
 #include "kit/config.h"
 #include "model/gpt2.h"
-#include "train/loop.h"
 #include "train/loss.h"
 
 namespace {

@@ -24,7 +24,6 @@
 #include "kit/memory.h"
 #include "model/gpt2.h"
 #include "rank_roles.h"
-#include "train/loop.h"
 #include "train/loss.h"
 #include "zero/zero.h"
 #include "zero_test_util.h"

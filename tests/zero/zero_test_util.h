@@ -15,7 +15,6 @@
 #include "judge/tensor.h"
 #include "model/gpt2.h"
 #include "rank_roles.h"
-#include "train/loop.h"
 #include "train/loss.h"
 #include "zero/zero.h"
 
