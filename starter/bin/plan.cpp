@@ -28,7 +28,7 @@ namespace {
 struct Options {
   std::string cluster, model = "cpu-small", json_out, grids, schedules = "1f1b", zero = "0", micro_batch_sizes,
               recompute = "off,on";
-  int64_t batch = 16, seq_len = 128, top = 10, chunks = 2, micro_batches = 0;
+  int64_t batch = 16, seq_len = 128, top = 10, virtual_chunks = 2, micro_batches = 0;
   pl::Shape shape;
   bool even = false, keep_infeasible = false, variants = false;
 };
@@ -70,7 +70,7 @@ pl::SearchOptions search_options(const Options& o) {
   for (const auto& mb : split(o.micro_batch_sizes, ','))
     s.micro_batch_sizes.push_back(whole(mb, "--micro-batch-sizes"));
   s.micro_batches = o.micro_batches;
-  s.interleaved_chunks = o.chunks;
+  s.interleaved_chunks = o.virtual_chunks;
   s.even = o.even;
   s.keep_infeasible = o.keep_infeasible;
   return s;
@@ -115,7 +115,7 @@ int main(int argc, char** argv) {
       ->capture_default_str()->check(zero_or_more);
   app.add_option("--schedules", o.schedules, "Pipeline schedules to consider: gpipe, 1f1b, interleaved (comma list)")
       ->capture_default_str();
-  app.add_option("--chunks", o.chunks, "Model chunks per rank v of the interleaved schedule")
+  app.add_option("--virtual", o.virtual_chunks, "Model chunks per rank v of the interleaved schedule (as run_3d --virtual)")
       ->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--zero", o.zero, "ZeRO stages to consider (comma list of 0, 1, 2)")->capture_default_str();
   app.add_option("--recompute", o.recompute,
@@ -124,7 +124,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--micro-batch-sizes", o.micro_batch_sizes,
                  "Micro-batch sizes (sequences) to consider, comma list (default: every divisor)");
-  app.add_option("--micro-batches", o.micro_batches,
+  app.add_option("--micro-batches,--microbatches,--chunks", o.micro_batches,
                  "Only strategies with this many micro-batches m per replica (as run_3d --chunks; 0: any)")
       ->capture_default_str()->check(zero_or_more);
   app.add_option("--grids", o.grids, "Only these d,p,t (space-separated, e.g. \"4,1,1 2,2,1\")");

@@ -56,10 +56,11 @@ void check_options(const Run3DOptions& o, int world_size) {
   kit::pp::PipelineShape shape{o.grid.pp, o.microbatches, o.virtual_chunks};
   kit::pp::check_shape(kit::pp::parse_schedule_kind(o.schedule), shape);
   kit::check_synthetic_options(o);
-  const int64_t B = o.run.train.batch_size, dm = o.grid.dp * o.microbatches;
-  if (B % dm != 0)
-    throw kit::Error("--batch-size " + std::to_string(B) + " must be a positive multiple of --dp x --chunks = " +
-                     std::to_string(dm) + ": each of the d replicas cuts its rows into m equal micro-batches");
+  const int64_t B = o.run.train.batch_size;
+  if (B % o.grid.dp != 0)
+    throw kit::Error("--batch-size " + std::to_string(B) + " must be a multiple of --dp " + std::to_string(o.grid.dp) +
+                     ": each of the d replicas takes an equal share of the rows");
+  kit::pp::check_microbatches(B / o.grid.dp, o.microbatches, "each data-parallel replica's rows");
   const kit::GPT2Config cfg = config_of(o);
   kit::check_model_fits(cfg, o.run.data.seq_len, o.vocab);
   kit::pp::check_blocks_fit(cfg.n_layer, shape);
@@ -83,7 +84,7 @@ int main(int argc, char** argv) {
   app.add_option("--pp", pp, "Pipeline-parallel degree p (stages, one per rank of a pipeline)")->capture_default_str();
   app.add_option("--tp", tp, "Tensor-parallel degree t (consecutive ranks: keep it within a node)")
       ->capture_default_str();
-  app.add_option("--chunks,--microbatches", o.microbatches, "Micro-batches m per data-parallel replica")
+  app.add_option("--chunks,--microbatches,--micro-batches", o.microbatches, "Micro-batches m per data-parallel replica")
       ->capture_default_str();
   app.add_option("--schedule", o.schedule, "gpipe, 1f1b or interleaved")->capture_default_str();
   app.add_option("--virtual", o.virtual_chunks, "Model chunks v per rank (interleaved only; v*p stages)")

@@ -49,10 +49,7 @@ pp::Schedules checked_schedules(const PpOptions& o, int world_size) {
   const pp::PipelineShape shape{world_size, o.microbatches, o.virtual_chunks};
   if (world_size < 1) throw kit::Error("--world-size must be at least 1 (got " + std::to_string(world_size) + ")");
   kit::check_synthetic_options(o);
-  if (o.microbatches < 1 || o.run.train.batch_size % o.microbatches != 0)
-    throw kit::Error("--chunks " + std::to_string(o.microbatches) + " (micro-batches) must divide --batch-size " +
-                     std::to_string(o.run.train.batch_size) +
-                     " into equal micro-batches: pick a divisor of the batch size, or change --batch-size");
+  pp::check_microbatches(o.run.train.batch_size, o.microbatches);
   const pp::ScheduleKind kind = pp::parse_schedule_kind(o.schedule);
   if (kind != pp::ScheduleKind::Interleaved && o.virtual_chunks != 1)
     throw kit::Error("--virtual " + std::to_string(o.virtual_chunks) +
@@ -104,7 +101,7 @@ int main(int argc, char** argv) {
   app.add_option("--schedule", o.schedule, "gpipe, 1f1b or interleaved")
       ->check(CLI::IsMember({"gpipe", "1f1b", "pipedream-flush", "interleaved"}))
       ->capture_default_str();
-  app.add_option("--chunks,--microbatches", o.microbatches,
+  app.add_option("--chunks,--microbatches,--micro-batches", o.microbatches,
                  "Micro-batches m per batch (must divide --batch-size; interleaved: a multiple of p)")
       ->capture_default_str();
   app.add_option("--virtual", o.virtual_chunks, "Model chunks v per rank (interleaved only; S = v * p stages)")

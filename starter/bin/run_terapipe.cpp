@@ -79,9 +79,7 @@ void check_options(const TeraOptions& o, int world_size) {
                      std::to_string(world_size) + "): one stage per rank");
   kit::check_synthetic_options(o);
   const int64_t B = o.run.train.batch_size;
-  if (o.microbatches < 1 || B % o.microbatches != 0)
-    throw kit::Error("--batch-size " + std::to_string(B) + " must be a positive multiple of --chunks " +
-                     std::to_string(o.microbatches));
+  pp::check_microbatches(B, o.microbatches);
   const kit::GPT2Config cfg = config_of(o);
   if (o.run.data.seq_len > cfg.n_positions)
     throw kit::Error("--seq-len " + std::to_string(o.run.data.seq_len) + " is longer than the model's context (" +
@@ -111,7 +109,7 @@ int main(int argc, char** argv) {
                "Print the slicing --slices gives at --stages (and its predicted time with --latency) as JSON; exit");
   app.add_option("--profile-repeats", o.profile_repeats, "Timings per (l, c) in --profile (their median)")
       ->capture_default_str();
-  app.add_option("--chunks,--microbatches", o.microbatches, "Micro-batches m, each cut into the slices")
+  app.add_option("--chunks,--microbatches,--micro-batches", o.microbatches, "Micro-batches m, each cut into the slices")
       ->capture_default_str();
   kit::SyntheticHelp help;
   help.n_layer = "Transformer blocks (default: the preset's); at least --stages";

@@ -97,11 +97,10 @@ std::vector<torch::Tensor> Trainer3D::parameters() const {
 StepReport Trainer3D::step(const torch::Tensor& idx, const torch::Tensor& labels, const torch::Tensor& mask) {
   const auto t0 = std::chrono::steady_clock::now();
   const int64_t d = grid_.shape.dp, rows = idx.size(0);
-  if (rows % (d * options_.microbatches) != 0)
+  if (rows % d != 0)
     throw Error("a batch of " + std::to_string(rows) + " rows does not split into " + std::to_string(d) +
-                " data-parallel replicas of " + std::to_string(options_.microbatches) +
-                " micro-batches each: use a --batch-size that is a multiple of d*m = " +
-                std::to_string(d * options_.microbatches));
+                " equal data-parallel shares: use a --batch-size that is a multiple of d = " + std::to_string(d));
+  pp::check_microbatches(rows / d, options_.microbatches, "each data-parallel replica's rows");
   grid_.data.reset_counters();
   grid_.tensor.reset_counters();
   grid_.embedding.reset_counters();

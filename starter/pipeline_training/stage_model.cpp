@@ -3,6 +3,7 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <limits>
 
 #include "dist/dist.h"
@@ -13,6 +14,16 @@
 
 namespace kit::pp {
 
+void check_microbatches(int64_t rows, int64_t microbatches, const std::string& what) {
+  if (microbatches >= 1 && microbatches <= rows && rows % microbatches == 0) return;
+  std::string ok;
+  for (int64_t d = 1; d <= rows; ++d)
+    if (rows % d == 0) ok += (ok.empty() ? "" : ", ") + std::to_string(d);
+  throw Error("--chunks " + std::to_string(microbatches) + " micro-batches do not divide " + what + " of " +
+              std::to_string(rows) + " rows into equal parts: use --chunks one of " + (ok.empty() ? "none" : ok) +
+              ", or a --batch-size that makes it a multiple of " + std::to_string(std::max<int64_t>(microbatches, 1)));
+}
+
 std::vector<MicroBatch> split_batch(const torch::Tensor& idx, const torch::Tensor& labels, const torch::Tensor& mask,
                                     int64_t microbatches) {
   if (!idx.defined() || idx.dim() != 2)
@@ -20,14 +31,7 @@ std::vector<MicroBatch> split_batch(const torch::Tensor& idx, const torch::Tenso
   if (labels.sizes() != idx.sizes() || mask.sizes() != idx.sizes())
     throw Error("split_batch: token ids, labels and mask must have the same (batch, time) shape");
   const int64_t rows = idx.size(0);
-  if (microbatches < 1 || microbatches > rows || rows % microbatches != 0) {
-    std::string ok;
-    for (int64_t d = 1; d <= rows; ++d)
-      if (rows % d == 0) ok += (ok.empty() ? "" : ", ") + std::to_string(d);
-    throw Error("--chunks " + std::to_string(microbatches) + " micro-batches do not divide the batch of " +
-                std::to_string(rows) + " rows into equal parts: use --chunks one of " + ok +
-                ", or a --batch-size that is a multiple of " + std::to_string(microbatches));
-  }
+  check_microbatches(rows, microbatches);
   const int64_t b = rows / microbatches;
   std::vector<MicroBatch> out;
   for (int64_t i = 0; i < microbatches; ++i) {

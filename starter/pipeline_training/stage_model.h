@@ -34,8 +34,12 @@ struct MicroBatch {
   double weight = 1.0;
 };
 
-// Cuts a batch into m equal micro-batches along dim 0. kit::Error when m does not divide
-// the number of rows (naming both and the sizes that would work).
+// kit::Error unless m micro-batches cut `rows` rows (of `what`: "the batch", or a data-parallel
+// replica's share of it) into equal parts, naming the m that would, and the fix. The one check
+// of m against the rows: split_batch makes it, and the programs before any process starts.
+void check_microbatches(int64_t rows, int64_t microbatches, const std::string& what = "the batch");
+
+// Cuts a batch into m equal micro-batches along dim 0 (check_microbatches first).
 std::vector<MicroBatch> split_batch(const torch::Tensor& idx, const torch::Tensor& labels, const torch::Tensor& mask,
                                     int64_t microbatches);
 
