@@ -31,14 +31,14 @@
 #include <utility>
 #include <vector>
 
-#include "data_parallel/dp_test_util.h"
+#include "process_harness.h"
 #include "dist/dist.h"
 #include "dist/launch.h"
 #include "judge/judge.h"
 #include "kit/compat.h"
 #include "kit/errors.h"
 
-namespace rank_test {
+namespace kit_test {
 namespace fs = std::filesystem;
 namespace dist = kit::dist;
 
@@ -57,13 +57,13 @@ struct RegisterRole {
 };
 #define RANK_ROLE(name)                                                                             \
   static void rank_role_##name(const ::kit::dist::Group& group);                                    \
-  static ::rank_test::RegisterRole rank_register_##name(                                            \
+  static ::kit_test::RegisterRole rank_register_##name(                                            \
       #name, [](const ::kit::dist::Group& g, ::kit::judge::Record&) { rank_role_##name(g); });      \
   static void rank_role_##name(const ::kit::dist::Group& group)
 // RANK_SUBJECT(name) { ...body using `group` and `out`... }: a role that records, for a judge.
 #define RANK_SUBJECT(name)                                                                           \
   static void rank_role_##name(const ::kit::dist::Group& group, ::kit::judge::Record& out);          \
-  static ::rank_test::RegisterRole rank_register_##name(#name, rank_role_##name);                    \
+  static ::kit_test::RegisterRole rank_register_##name(#name, rank_role_##name);                    \
   static void rank_role_##name(const ::kit::dist::Group& group, ::kit::judge::Record& out)
 
 struct RankRun {
@@ -166,7 +166,7 @@ inline pid_t fork_rank(int r, int n, const std::string& role, const std::vector<
 // group, or on LibTorch 2.x, execs the test program instead.
 inline RankRun run_ranks(int n, const std::string& role, double timeout_s = 60,
                          const std::vector<std::pair<std::string, std::string>>& env = {}) {
-  dp_test::TempDir dir("ranks_" + role);
+  kit_test::TempDir dir("ranks_" + role);
   kit::RendezvousServer server(0);
   const int port = server.rendezvous().master_port;
   const bool by_fork = KIT_FORK_RANKS && !dist::is_initialized();
@@ -231,7 +231,7 @@ inline RankRun run_ranks(int n, const std::string& role, double timeout_s = 60,
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   for (int r = 0; r < n; ++r) {
     out.exitcodes.push_back(codes[static_cast<size_t>(r)].value_or(-1));
-    std::string log = dp_test::read_file(dir / ("rank" + std::to_string(r) + ".log"));
+    std::string log = kit_test::read_file(dir / ("rank" + std::to_string(r) + ".log"));
     if (log.size() > 6000) log = "[... " + std::to_string(log.size() - 6000) + " bytes left out]\n" + log.substr(log.size() - 6000);
     out.logs.push_back(log);
     std::string why;
@@ -329,12 +329,12 @@ inline void run_role_of_this_rank() {
   if (run_role(role, std::atoi(std::getenv("RANK")), std::atoi(std::getenv("WORLD_SIZE"))) != 0) std::_Exit(1);
 }
 
-}  // namespace rank_test
+}  // namespace kit_test
 
 namespace kit::judge {
 template <>
-struct Codec<rank_test::RankRun> {
-  static Value put(const rank_test::RankRun& r) {
+struct Codec<kit_test::RankRun> {
+  static Value put(const kit_test::RankRun& r) {
     Value v;
     v.kind = Value::Kind::Map;
     v.map.emplace_back("exitcodes", Codec<std::vector<int>>::put(r.exitcodes));
@@ -343,7 +343,7 @@ struct Codec<rank_test::RankRun> {
     v.map.emplace_back("seconds", Codec<double>::put(r.seconds));
     return v;
   }
-  static bool get(const Value& v, rank_test::RankRun* out) {
+  static bool get(const Value& v, kit_test::RankRun* out) {
     const Value *e = v.find("exitcodes"), *l = v.find("logs"), *rs = v.find("records"), *s = v.find("seconds");
     return v.kind == Value::Kind::Map && e && l && rs && s && Codec<std::vector<int>>::get(*e, &out->exitcodes) &&
            Codec<std::vector<std::string>>::get(*l, &out->logs) && Codec<std::vector<Record>>::get(*rs, &out->records) &&
@@ -353,7 +353,7 @@ struct Codec<rank_test::RankRun> {
 };
 }  // namespace kit::judge
 
-namespace rank_test {
+namespace kit_test {
 inline RankRun subject_ranks(int n, const std::string& role, double timeout_s,
                              const std::vector<std::pair<std::string, std::string>>& env) {
   return kit::judge::subject([&](kit::judge::Record& out) { out.put("ranks", run_ranks(n, role, timeout_s, env)); },
@@ -361,8 +361,8 @@ inline RankRun subject_ranks(int n, const std::string& role, double timeout_s,
       .get<RankRun>("ranks");
 }
 
-}  // namespace rank_test
+}  // namespace kit_test
 
 // In one .cpp file of a suite that runs roles: the case each rank process runs.
 #define RANK_ROLE_MAIN \
-  TEST(RankRole, Run) { ::rank_test::run_role_of_this_rank(); }
+  TEST(RankRole, Run) { ::kit_test::run_role_of_this_rank(); }

@@ -65,9 +65,9 @@ RANK_SUBJECT(average_with_an_unused_layer) {
 
 TEST(DataParallelRun, AParameterWithoutAGradientOnSomeRanksIsAveragedAsZero) {
   const int n = kRanksWithUnusedLayer;
-  const auto run = rank_test::subject_ranks(n, "average_with_an_unused_layer", 60);
+  const auto run = kit_test::subject_ranks(n, "average_with_an_unused_layer", 60);
   if (!judge::judging()) return;
-  if (!rank_test::expect_ranks_ok(run, n,
+  if (!kit_test::expect_ranks_ok(run, n,
                                   "average_gradients with layer b unused on ranks 1 and 2 (every rank must make the "
                                   "same all-reduce calls: give a parameter without a gradient a zero one)"))
     return;
@@ -94,7 +94,7 @@ TEST(DataParallelRun, AParameterWithoutAGradientOnSomeRanksIsAveragedAsZero) {
     ASSERT_EQ(grads.size(), want.size()) << "the model's parameters";
     for (size_t k = 0; k < want.size(); ++k) {
       ASSERT_EQ(grads[k].first, want[k].first);
-      EXPECT_TRUE(rank_test::close(grads[k].second, want[k].second, 1e-12, 1e-9))
+      EXPECT_TRUE(kit_test::close(grads[k].second, want[k].second, 1e-12, 1e-9))
           << "the gradient of " << want[k].first << " after average_gradients "
           << (want[k].first.rfind("b.", 0) == 0
                   ? "(no gradient on ranks 1 and 2: their zero counts in the average, which is rank 0's / 3)"

@@ -21,7 +21,7 @@
 
 #include "dist/dist.h"
 #include "dist/launch.h"
-#include "dp_test_util.h"
+#include "process_harness.h"
 #include "error_of.h"
 #include "kit/errors.h"
 
@@ -77,7 +77,7 @@ struct RankRun {
 // at a store this process serves, and waits for rank 0 (then stops the others, when
 // `stop_others_after_rank0`) or for all of them.
 RankRun run_ranks(int world, const std::string& role, const std::vector<std::pair<std::string, std::string>>& extra,
-                  const dp_test::TempDir& dir, double timeout_s, bool stop_others_after_rank0 = false) {
+                  const kit_test::TempDir& dir, double timeout_s, bool stop_others_after_rank0 = false) {
   kit::RendezvousServer server(0);
   std::vector<kit::Process> procs;
   RankRun out;
@@ -108,7 +108,7 @@ RankRun run_ranks(int world, const std::string& role, const std::vector<std::pai
   out.seconds = seconds_since(t0);
   for (int r = 0; r < world; ++r) {
     out.exitcodes.push_back(procs[r].exitcode().value_or(-1));
-    out.logs.push_back(dp_test::read_file(dir / ("rank" + std::to_string(r) + ".log")));
+    out.logs.push_back(kit_test::read_file(dir / ("rank" + std::to_string(r) + ".log")));
   }
   return out;
 }
@@ -310,7 +310,7 @@ TEST(DistRankHelper, Run) {
 
 TEST(DistAcrossProcesses, CollectivesAgreeOnTwoAndThreeRanks) {
   for (int world : {2, 3}) {
-    dp_test::TempDir dir("coll");
+    kit_test::TempDir dir("coll");
     RankRun run = run_ranks(world, "collectives", {{"KIT_DIST_TIMEOUT", "30"}}, dir, 60);
     for (int r = 0; r < world; ++r)
       EXPECT_EQ(run.exitcodes[r], 0) << "world " << world << ", rank " << r << " failed:" << logs_of(run);
@@ -318,7 +318,7 @@ TEST(DistAcrossProcesses, CollectivesAgreeOnTwoAndThreeRanks) {
 }
 
 TEST(DistAcrossProcesses, SubgroupsCommunicateAmongTheirMembersOnly) {
-  dp_test::TempDir dir("subgroups");
+  kit_test::TempDir dir("subgroups");
   RankRun run = run_ranks(4, "subgroups", {{"KIT_DIST_TIMEOUT", "30"}}, dir, 90);
   for (int r = 0; r < 4; ++r) EXPECT_EQ(run.exitcodes[r], 0) << "rank " << r << " failed:" << logs_of(run);
 }
@@ -326,7 +326,7 @@ TEST(DistAcrossProcesses, SubgroupsCommunicateAmongTheirMembersOnly) {
 TEST(DistAcrossProcesses, AStalledGroupMemberTimesOutNamingTheGroup) {
   // 5 s, not 2: the timeout also bounds the four processes' first connection, which a loaded
   // 2-core machine (another multi-process test beside this one) once stretched past 2 s.
-  dp_test::TempDir dir("stall_group");
+  kit_test::TempDir dir("stall_group");
   RankRun run = run_ranks(4, "stalled_group_peer", {{"KIT_DIST_TIMEOUT", "5"}}, dir, 60);
   for (int r : {0, 1, 2}) EXPECT_EQ(run.exitcodes[r], 0) << "rank " << r << ":" << logs_of(run);
   EXPECT_NE(run.logs[2].find("stalled group member noticed after"), std::string::npos) << logs_of(run);
@@ -334,31 +334,31 @@ TEST(DistAcrossProcesses, AStalledGroupMemberTimesOutNamingTheGroup) {
 }
 
 TEST(DistAcrossProcesses, ADeadPeerIsAnErrorWithinSeconds) {
-  dp_test::TempDir dir("dead");
+  kit_test::TempDir dir("dead");
   RankRun run = run_ranks(2, "dead_peer", {{"KIT_DIST_TIMEOUT", "30"}}, dir, 60);
   EXPECT_EQ(run.exitcodes[0], 0) << logs_of(run);
   EXPECT_LT(run.seconds, 20) << "rank 0 needed " << run.seconds << " s to notice that rank 1 was gone" << logs_of(run);
 }
 
 TEST(DistAcrossProcesses, AStalledPeerTimesOutAfterKitDistTimeout) {
-  dp_test::TempDir dir("stall");
+  kit_test::TempDir dir("stall");
   RankRun run = run_ranks(2, "stalled_peer", {{"KIT_DIST_TIMEOUT", "2"}}, dir, 60, /*stop_others_after_rank0=*/true);
   EXPECT_EQ(run.exitcodes[0], 0) << logs_of(run);
   EXPECT_LT(run.seconds, 20) << "a 2 s timeout took " << run.seconds << " s" << logs_of(run);
 }
 
 TEST(DistAcrossProcesses, WorkersDieWithTheProcessThatStartedThem) {
-  dp_test::TempDir dir("orphan");
+  kit_test::TempDir dir("orphan");
   const std::string pid_file = dir / "child.pid";
   RankRun run = run_ranks(1, "orphan_maker", {{"KIT_TEST_PID_FILE", pid_file}}, dir, 30);
   ASSERT_EQ(run.exitcodes[0], 0) << logs_of(run);
-  const std::string pid = dp_test::read_file(pid_file);
+  const std::string pid = kit_test::read_file(pid_file);
   ASSERT_FALSE(pid.empty());
   const std::string stat_path = "/proc/" + std::to_string(std::stol(pid)) + "/stat";
   const auto t0 = Clock::now();
   bool gone = false;
   while (!gone && seconds_since(t0) < 10) {
-    const std::string stat = dp_test::read_file(stat_path);
+    const std::string stat = kit_test::read_file(stat_path);
     const auto rp = stat.rfind(')');
     gone = stat.empty() || (rp != std::string::npos && stat[rp + 2] == 'Z');
     if (!gone) ::usleep(20'000);
@@ -417,7 +417,7 @@ TEST(Dist, ClearErrorsBeforeInitAndForBadArguments) {
 
 TEST(Dist, RankZeroNamesABusyPortAndTheFix) {
   EnvGuard env(kLaunchVars);
-  dp_test::BusyPort busy;
+  kit_test::BusyPort busy;
   env.set("KIT_DIST_TIMEOUT", "10");
   try {
     dist::init_process_group("gloo", 0, 2, "127.0.0.1", busy.port());
@@ -441,7 +441,7 @@ TEST(RendezvousServer, PortZeroPicksDistinctFreePorts) {
 }
 
 TEST(RendezvousServer, ABusyPortIsAClearError) {
-  dp_test::BusyPort busy;
+  kit_test::BusyPort busy;
   try {
     kit::RendezvousServer s(busy.port());
     ADD_FAILURE() << "served on a busy port";

@@ -38,7 +38,7 @@
 #include <vector>
 
 #include "data/dataset.h"
-#include "dp_test_util.h"
+#include "process_harness.h"
 #include "judge/judge.h"
 #include "judge/tensor.h"
 #include "kit/config.h"
@@ -60,7 +60,7 @@ constexpr uint64_t kSeed = 7;
 
 // The tiny setup shared by the runs and the single-process reference.
 struct Tiny {
-  explicit Tiny(const dp_test::TempDir& dir) : root(dir.path()) {}
+  explicit Tiny(const kit_test::TempDir& dir) : root(dir.path()) {}
   std::string root;
   std::string data_dir() const { return root + "/data"; }
   std::string grads_dir() const { return root + "/grads"; }
@@ -92,7 +92,7 @@ struct Tiny {
 };
 
 // Runs the program, under a deadline, with the launch variables cleared unless given.
-dp_test::RunResult run_program(const std::vector<std::string>& argv, Env env, const std::string& log,
+kit_test::RunResult run_program(const std::vector<std::string>& argv, Env env, const std::string& log,
                                double timeout_s = 90) {
   for (const char* v : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "KIT_STORE_HOSTED",
                         "SLURM_PROCID", "SLURM_NTASKS", "SLURM_STEP_ID", "SLURM_STEPID"}) {
@@ -101,20 +101,20 @@ dp_test::RunResult run_program(const std::vector<std::string>& argv, Env env, co
     if (!given && std::getenv(v)) env.push_back({v, ""});  // empty counts as unset
   }
   env.push_back({"KIT_DIST_TIMEOUT", "30"});
-  return dp_test::run(argv, env, log, timeout_s);
+  return kit_test::run(argv, env, log, timeout_s);
 }
 
 // ------------------------------------------------------------------ records
 
 // A program run as data: what a subject part records of it, and the judge reads back.
-void put_run(judge::Record& out, const std::string& name, const dp_test::RunResult& r) {
+void put_run(judge::Record& out, const std::string& name, const kit_test::RunResult& r) {
   out.put(name + "/exitcode", r.exitcode);
   out.put(name + "/timed_out", r.timed_out);
   out.put(name + "/seconds", r.seconds);
   out.put(name + "/output", r.output);
 }
-dp_test::RunResult get_run(const judge::Record& got, const std::string& name) {
-  dp_test::RunResult r;
+kit_test::RunResult get_run(const judge::Record& got, const std::string& name) {
+  kit_test::RunResult r;
   r.exitcode = got.get<int>(name + "/exitcode");
   r.timed_out = got.get<bool>(name + "/timed_out");
   r.seconds = got.get<double>(name + "/seconds");
@@ -134,7 +134,7 @@ void put_rank_files(judge::Record& out, const std::string& name, const Tiny& tin
     const std::string path = tiny.grads_dir() + "/rank" + std::to_string(r) + ".pt";
     paths.push_back(path);
     present.push_back(fs::exists(path));
-    files.push_back(present.back() ? dp_test::load_rank_file(path) : RankFile{});
+    files.push_back(present.back() ? kit_test::load_rank_file(path) : RankFile{});
   }
   out.put(name + "/paths", paths);
   out.put(name + "/present", present);
@@ -293,7 +293,7 @@ void expect_matches_single_process(const Tiny& tiny, int world, const RankFiles&
   }
 }
 
-std::string describe(const dp_test::RunResult& r) {
+std::string describe(const kit_test::RunResult& r) {
   std::ostringstream s;
   s << "exit code " << r.exitcode << (r.timed_out ? " (killed at the deadline)" : "") << " after " << r.seconds
     << " s; output:\n" << r.output;
@@ -305,7 +305,7 @@ std::string describe(const dp_test::RunResult& r) {
 // Runs the program in `dir` on `world` ranks that the kit starts, saving the gradients, and
 // checks them against one process on the full batch; with `leftovers`, also that no process
 // of the run outlives it.
-void expect_kit_started_world_matches_one_process(const dp_test::TempDir& dir, int world, bool leftovers = false) {
+void expect_kit_started_world_matches_one_process(const kit_test::TempDir& dir, int world, bool leftovers = false) {
   Tiny tiny(dir);
   const judge::Record got = judge::subject(
       [&](judge::Record& out) {
@@ -314,7 +314,7 @@ void expect_kit_started_world_matches_one_process(const dp_test::TempDir& dir, i
         const auto r = run_program(args, {}, dir / "run.log");
         put_run(out, "run", r);
         if (r.exitcode == 0) put_rank_files(out, "files", tiny, world);
-        if (leftovers) out.put("leftovers", dp_test::leftovers_after(dir.path(), 5));
+        if (leftovers) out.put("leftovers", kit_test::leftovers_after(dir.path(), 5));
       },
       "run_data_parallel --world-size " + std::to_string(world));
   if (!judge::judging()) return;
@@ -326,7 +326,7 @@ void expect_kit_started_world_matches_one_process(const dp_test::TempDir& dir, i
 }
 
 TEST(DataParallelRun, TwoRanksStartedByTheKitMatchOneProcessOnTheFullBatch) {
-  dp_test::TempDir dir("kit2");
+  kit_test::TempDir dir("kit2");
   expect_kit_started_world_matches_one_process(dir, 2, /*leftovers=*/true);
 }
 
@@ -338,14 +338,14 @@ using EnvList = std::vector<std::pair<std::string, std::string>>;
 // environment (no kit launcher, no store served by a parent), then checks them.
 void run_two_ranks_from_environment(const char* name,
                                     const std::function<EnvList(int rank, const std::string& port)>& env) {
-  dp_test::TempDir dir(name);
+  kit_test::TempDir dir(name);
   Tiny tiny(dir);
   const judge::Record got = judge::subject(
       [&](judge::Record& out) {
         // Rank 0 prepares the data while rank 1 waits; both then read it. Prepare it first
         // here anyway so the ranks start together.
         kit::load_training_data(tiny.data_config());
-        const std::string port = std::to_string(dp_test::free_port());
+        const std::string port = std::to_string(kit_test::free_port());
         std::vector<kit::Process> ranks;
         for (int r = 0; r < 2; ++r) {
           kit::Command cmd;
@@ -365,7 +365,7 @@ void run_two_ranks_from_environment(const char* name,
         for (int r = 0; r < 2; ++r) {
           exitcodes.push_back(ranks[r].exitcode());
           exits.push_back(ranks[r].describe_exit());
-          logs.push_back(dp_test::read_file(dir / ("rank" + std::to_string(r) + ".log")));
+          logs.push_back(kit_test::read_file(dir / ("rank" + std::to_string(r) + ".log")));
         }
         out.put("exitcodes", exitcodes);
         out.put("exits", exits);
@@ -407,7 +407,7 @@ TEST(DataParallelRun, TwoRanksFromSrunVariablesMatchOneProcess) {
 // weights, from the same bytes. Small buckets, so that several all-reduces run during
 // backward.
 TEST(DataParallelBucketed, OverlappedBucketsGiveWhatAverageGradientsGives) {
-  dp_test::TempDir dir("bucketed");
+  kit_test::TempDir dir("bucketed");
   Tiny tiny(dir);
   const judge::Record got = judge::subject([&](judge::Record& out) {
     auto args = tiny.save_args();
@@ -448,12 +448,12 @@ TEST(DataParallelBucketed, OverlappedBucketsGiveWhatAverageGradientsGives) {
 }
 
 TEST(DataParallelRun, AWorldOfOneMatchesOneProcess) {
-  dp_test::TempDir dir("world1");
+  kit_test::TempDir dir("world1");
   expect_kit_started_world_matches_one_process(dir, 1);
 }
 
 TEST(DataParallelRun, TrainsEpochsAndWritesEachRanksMetrics) {
-  dp_test::TempDir dir("epochs");
+  kit_test::TempDir dir("epochs");
   Tiny tiny(dir);
   const judge::Record got = judge::subject([&](judge::Record& out) {
     auto args = tiny.args();
@@ -465,7 +465,7 @@ TEST(DataParallelRun, TrainsEpochsAndWritesEachRanksMetrics) {
     for (int rank = 0; rank < 2; ++rank) {
       paths.push_back(dir / ("metrics/" + std::to_string(rank) + ".json"));
       present.push_back(fs::exists(paths.back()));
-      metrics.push_back(present.back() ? dp_test::read_file(paths.back()) : std::string());
+      metrics.push_back(present.back() ? kit_test::read_file(paths.back()) : std::string());
     }
     out.put("paths", paths);
     out.put("present", present);
@@ -503,13 +503,13 @@ TEST(DataParallelRun, TrainsEpochsAndWritesEachRanksMetrics) {
 // ------------------------------------------------------------------ failures
 
 TEST(DataParallelFailure, AFailingRankStopsTheRunWithinSecondsAndIsNamed) {
-  dp_test::TempDir dir("fail");
+  kit_test::TempDir dir("fail");
   Tiny tiny(dir);
   const judge::Record got = judge::subject([&](judge::Record& out) {
     auto args = tiny.save_args();
     args.insert(args.end(), {"--world-size", "2", "--fail-rank", "1"});
     put_run(out, "run", run_program(args, {}, dir / "run.log", 60));
-    out.put("leftovers", dp_test::leftovers_after(dir.path(), 5));
+    out.put("leftovers", kit_test::leftovers_after(dir.path(), 5));
   });
   if (!judge::judging()) return;
   const auto r = get_run(got, "run");
@@ -525,10 +525,10 @@ TEST(DataParallelFailure, AFailingRankStopsTheRunWithinSecondsAndIsNamed) {
 }
 
 TEST(DataParallelFailure, ABusyPortIsAClearErrorNotAHang) {
-  dp_test::TempDir dir("busy");
+  kit_test::TempDir dir("busy");
   Tiny tiny(dir);
   const judge::Record got = judge::subject([&](judge::Record& out) {
-    dp_test::BusyPort busy;
+    kit_test::BusyPort busy;
     const std::string port = std::to_string(busy.port());
     out.put("port", port);
     // The kit's launcher serves the rendezvous itself ...
@@ -540,7 +540,7 @@ TEST(DataParallelFailure, ABusyPortIsAClearErrorNotAHang) {
             run_program(tiny.save_args(),
                         {{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", port}},
                         dir / "rank0.log", 60));
-    out.put("leftovers", dp_test::leftovers_after(dir.path(), 5));
+    out.put("leftovers", kit_test::leftovers_after(dir.path(), 5));
   });
   if (!judge::judging()) return;
   const auto port = got.get<std::string>("port");
@@ -556,7 +556,7 @@ TEST(DataParallelFailure, ABusyPortIsAClearErrorNotAHang) {
 }
 
 TEST(DataParallelFailure, ABatchThatDoesNotSplitIsRejectedBeforeStarting) {
-  dp_test::TempDir dir("batch");
+  kit_test::TempDir dir("batch");
   Tiny tiny(dir);
   const judge::Record got = judge::subject([&](judge::Record& out) {
     auto args = tiny.args();

@@ -231,9 +231,9 @@ TEST(Grid, MegatronsSixteenRankExample) {
 
 TEST(Grid, ShapeThatDoesNotMatchTheWorldIsAClearError) {
   // Given code.
-  rank_test::expect_error_naming([] { grid::check_shape({2, 2, 2}, 12); }, {"d=2 p=2 t=2", "8", "12"},
+  kit_test::expect_error_naming([] { grid::check_shape({2, 2, 2}, 12); }, {"d=2 p=2 t=2", "8", "12"},
                                  "a grid of 8 on 12 ranks");
-  rank_test::expect_error_naming([] { grid::check_shape({0, 2, 2}, 0); }, {"at least 1"}, "an axis of 0");
+  kit_test::expect_error_naming([] { grid::check_shape({0, 2, 2}, 0); }, {"at least 1"}, "an axis of 0");
   EXPECT_NO_THROW(grid::check_shape({3, 2, 2}, 12));
 }
 
@@ -269,9 +269,9 @@ RANK_SUBJECT(grid_groups) {
 
 TEST(Grid, ProcessGridGroupsCommunicateAlongTheirAxis) {
   const int n = 8;
-  const auto run = rank_test::subject_ranks(n, "grid_groups", 90);
+  const auto run = kit_test::subject_ranks(n, "grid_groups", 90);
   if (!judge::judging()) return;
-  if (!rank_test::expect_ranks_ok(run, n, "the process grid d=2 p=2 t=2")) return;
+  if (!kit_test::expect_ranks_ok(run, n, "the process grid d=2 p=2 t=2")) return;
   for (int r = 0; r < n; ++r) {
     SCOPED_TRACE("rank " + std::to_string(r) + " of the process grid d=2 p=2 t=2");
     const judge::Record& got = run.records[static_cast<size_t>(r)];

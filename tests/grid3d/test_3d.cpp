@@ -88,7 +88,7 @@ RANK_ROLE(grid_training) {
   const auto want = kit::tp::shard_state_dict(kit::state_dict(*reference), g.coords.tp, shape.tp);
   for (const auto& chunk : trainer.chunks())
     for (const auto& [name, p] : chunk->named_model_parameters())
-      EXPECT_TRUE(rank_test::close(p, want.at(name), 1e-9, 1e-9))
+      EXPECT_TRUE(kit_test::close(p, want.at(name), 1e-9, 1e-9))
           << name << " on rank " << kit::dist::get_rank() << " (stage " << chunk->stage() << ", tp " << g.coords.tp
           << ", dp " << g.coords.dp << ") after 2 steps";
 
@@ -103,7 +103,7 @@ RANK_ROLE(grid_training) {
   for (const auto& [name, sizes] : kit::checkpoint_entries(cfg)) {
     ASSERT_TRUE(whole.contains(name)) << "the gathered checkpoint has no " << name;
     EXPECT_EQ(whole.at(name).sizes(), c10::IntArrayRef(sizes)) << name;
-    EXPECT_TRUE(rank_test::close(whole.at(name), ref.at(name), 1e-9, 1e-9)) << name << " gathered";
+    EXPECT_TRUE(kit_test::close(whole.at(name), ref.at(name), 1e-9, 1e-9)) << name << " gathered";
   }
 }
 
@@ -118,7 +118,7 @@ void run_grid(const Case& c) {
   std::ostringstream what;
   what << "d=" << c.dp << " p=" << c.pp << " t=" << c.tp << " " << c.schedule << " m=" << c.m
        << (c.v > 1 ? " v=" + std::to_string(c.v) : "") << (c.zero ? " ZeRO-1" : "");
-  const auto run = rank_test::run_ranks(n, "grid_training", 100,
+  const auto run = kit_test::run_ranks(n, "grid_training", 100,
                                         {{"KIT_TEST_DP", std::to_string(c.dp)},
                                          {"KIT_TEST_PP", std::to_string(c.pp)},
                                          {"KIT_TEST_TP", std::to_string(c.tp)},
@@ -126,7 +126,7 @@ void run_grid(const Case& c) {
                                          {"KIT_TEST_M", std::to_string(c.m)},
                                          {"KIT_TEST_V", std::to_string(c.v)},
                                          {"KIT_TEST_ZERO", std::to_string(c.zero)}});
-  rank_test::expect_all_ranks_pass(run, n, what.str());
+  kit_test::expect_all_ranks_pass(run, n, what.str());
   std::cout << what.str() << ": " << run.seconds << " s\n";
 }
 

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "data_parallel/dp_test_util.h"
+#include "process_harness.h"
 #include "kit/errors.h"
 #include "model/checkpoint.h"
 #include "model/gpt2.h"
@@ -26,17 +26,17 @@ std::vector<std::string> args(int dp, int pp, int tp, const std::string& dir) {
 }
 
 nlohmann::json metrics(const std::string& dir, int rank) {
-  return nlohmann::json::parse(dp_test::read_file(dir + "/metrics/" + std::to_string(rank) + ".json"));
+  return nlohmann::json::parse(kit_test::read_file(dir + "/metrics/" + std::to_string(rank) + ".json"));
 }
 
 }  // namespace
 
 TEST(Run3D, TwoByTwoGridTrainsAsOneProcessAndSavesItsCheckpoint) {
-  dp_test::TempDir one("run3d_one"), grid("run3d_grid");
-  const auto r1 = dp_test::run_kit_program(args(1, 1, 1, one.path()), one / "log.txt");
-  ASSERT_EQ(r1.exitcode, 0) << dp_test::describe_run(r1);
-  const auto r4 = dp_test::run_kit_program(args(2, 2, 1, grid.path()), grid / "log.txt", {}, 90);
-  ASSERT_EQ(r4.exitcode, 0) << dp_test::describe_run(r4);
+  kit_test::TempDir one("run3d_one"), grid("run3d_grid");
+  const auto r1 = kit_test::run_kit_program(args(1, 1, 1, one.path()), one / "log.txt");
+  ASSERT_EQ(r1.exitcode, 0) << kit_test::describe_run(r1);
+  const auto r4 = kit_test::run_kit_program(args(2, 2, 1, grid.path()), grid / "log.txt", {}, 90);
+  ASSERT_EQ(r4.exitcode, 0) << kit_test::describe_run(r4);
 
   const auto want = metrics(one.path(), 0)["losses"].get<std::vector<double>>();
   for (int rank = 0; rank < 4; ++rank) {
@@ -66,15 +66,15 @@ TEST(Run3D, TwoByTwoGridTrainsAsOneProcessAndSavesItsCheckpoint) {
 }
 
 TEST(Run3D, AGridThatDoesNotFitIsRefusedBeforeAnyRankStarts) {
-  dp_test::TempDir dir("run3d_bad");
+  kit_test::TempDir dir("run3d_bad");
   auto bad = args(1, 1, 3, dir.path());  // t = 3 divides neither 2 heads nor 64 tokens
-  const auto r = dp_test::run_kit_program(bad, dir / "log.txt");
-  EXPECT_NE(r.exitcode, 0) << dp_test::describe_run(r);
-  EXPECT_NE(r.output.find("--tp 3 must divide"), std::string::npos) << dp_test::describe_run(r);
-  EXPECT_EQ(r.output.find("starting"), std::string::npos) << "no rank may start: " << dp_test::describe_run(r);
-  const auto r2 = dp_test::run_kit_program(args(2, 1, 1, dir.path()), dir / "log2.txt",
+  const auto r = kit_test::run_kit_program(bad, dir / "log.txt");
+  EXPECT_NE(r.exitcode, 0) << kit_test::describe_run(r);
+  EXPECT_NE(r.output.find("--tp 3 must divide"), std::string::npos) << kit_test::describe_run(r);
+  EXPECT_EQ(r.output.find("starting"), std::string::npos) << "no rank may start: " << kit_test::describe_run(r);
+  const auto r2 = kit_test::run_kit_program(args(2, 1, 1, dir.path()), dir / "log2.txt",
                                            {{"RANK", "0"}, {"WORLD_SIZE", "3"}, {"MASTER_ADDR", "127.0.0.1"},
                                             {"MASTER_PORT", "1"}});
-  EXPECT_NE(r2.exitcode, 0) << dp_test::describe_run(r2);
-  EXPECT_NE(r2.output.find("d=2 p=1 t=1"), std::string::npos) << "a grid of 2 on a world of 3: " << dp_test::describe_run(r2);
+  EXPECT_NE(r2.exitcode, 0) << kit_test::describe_run(r2);
+  EXPECT_NE(r2.output.find("d=2 p=1 t=1"), std::string::npos) << "a grid of 2 on a world of 3: " << kit_test::describe_run(r2);
 }

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "data_parallel/dp_test_util.h"
+#include "process_harness.h"
 #include "judge/judge.h"
 #include "judge/tensor.h"
 #include "kit/config.h"
@@ -48,24 +48,24 @@ inline std::vector<std::string> program_args(const RunSpec& s, const std::string
           "--seed", std::to_string(kSeed), "--threads", "1", "--no-progress", "--out", dir + "/metrics/{rank}.json"};
 }
 
-// Runs the program under a deadline (dp_test::run_kit_program), so that an executor that
+// Runs the program under a deadline (kit_test::run_kit_program), so that an executor that
 // leaves a peer waiting fails in seconds rather than at ctest's deadline.
-inline dp_test::RunResult run_program(const std::vector<std::string>& argv, Env env, const std::string& log,
+inline kit_test::RunResult run_program(const std::vector<std::string>& argv, Env env, const std::string& log,
                                       double timeout_s = 50, const std::string& dist_timeout = "10") {
-  return dp_test::run_kit_program(argv, log, std::move(env), timeout_s, dist_timeout);
+  return kit_test::run_kit_program(argv, log, std::move(env), timeout_s, dist_timeout);
 }
 
-inline std::string describe(const dp_test::RunResult& r) { return dp_test::describe_run(r); }
+inline std::string describe(const kit_test::RunResult& r) { return kit_test::describe_run(r); }
 
 // A run's exit, duration and output in a record (under `prefix`), and back.
-inline void put_run(kit::judge::Record& out, const dp_test::RunResult& r, const std::string& prefix = "run") {
+inline void put_run(kit::judge::Record& out, const kit_test::RunResult& r, const std::string& prefix = "run") {
   out.put(prefix + ".exitcode", r.exitcode);
   out.put(prefix + ".timed_out", r.timed_out);
   out.put(prefix + ".seconds", r.seconds);
   out.put(prefix + ".output", r.output);
 }
-inline dp_test::RunResult get_run(const kit::judge::Record& got, const std::string& prefix = "run") {
-  dp_test::RunResult r;
+inline kit_test::RunResult get_run(const kit::judge::Record& got, const std::string& prefix = "run") {
+  kit_test::RunResult r;
   r.exitcode = got.get<int>(prefix + ".exitcode");
   r.timed_out = got.get<bool>(prefix + ".timed_out");
   r.seconds = got.get<double>(prefix + ".seconds");

@@ -24,13 +24,13 @@ namespace judge = kit::judge;
 // `tag`, in a subject part; the judge gets the run and the processes still mentioning the
 // directory 5 s later ("leftovers").
 judge::Record run_in_subject(const std::string& tag,
-                             const std::function<std::vector<std::string>(const dp_test::TempDir&)>& make_args,
+                             const std::function<std::vector<std::string>(const kit_test::TempDir&)>& make_args,
                              double timeout_s, const std::string& dist_timeout, const std::string& label) {
   return judge::subject(
       [&](judge::Record& out) {
-        dp_test::TempDir dir(tag);
+        kit_test::TempDir dir(tag);
         pp_run::put_run(out, pp_run::run_program(make_args(dir), {}, dir / "run.log", timeout_s, dist_timeout));
-        out.put("leftovers", dp_test::leftovers_after(dir.path(), 5));
+        out.put("leftovers", kit_test::leftovers_after(dir.path(), 5));
       },
       label);
 }
@@ -43,7 +43,7 @@ pp::Schedules both_receive_first() {
           {pp::F(0, 0), pp::F(0, 1), pp::B(0, 1), pp::B(0, 0), pp::F(1, 0), pp::F(1, 1), pp::B(1, 1), pp::B(1, 0)}};
 }
 
-std::vector<std::string> deadlock_args(const dp_test::TempDir& dir) {
+std::vector<std::string> deadlock_args(const kit_test::TempDir& dir) {
   pp_run::write_schedule_file(dir / "deadlock.json", both_receive_first());
   auto args = pp_run::program_args({2, "interleaved", 2, 2, 4}, dir.path());
   for (size_t k = 0; k + 1 < args.size(); ++k)
@@ -55,7 +55,7 @@ std::vector<std::string> deadlock_args(const dp_test::TempDir& dir) {
 TEST(PipelineFailure, DeadlockWithoutPrecheckTimesOutNamingTheRank) {
   const judge::Record got = run_in_subject(
       "pp_deadlock",
-      [](const dp_test::TempDir& dir) {
+      [](const kit_test::TempDir& dir) {
         auto args = deadlock_args(dir);
         args.push_back("--no-precheck");
         return args;
@@ -90,7 +90,7 @@ TEST(PipelineFailure, RankThrowingMidScheduleStopsEveryProcessNamingIt) {
   // failure is noticed, not because the peers give up waiting.
   const judge::Record got = run_in_subject(
       "pp_failrank",
-      [](const dp_test::TempDir& dir) {
+      [](const kit_test::TempDir& dir) {
         auto args = pp_run::program_args({4, "1f1b", 4, 1, 4}, dir.path());
         // Rank 1 throws after its first forward: rank 2 then waits for micro-batch 1 and never
         // reaches a backward, so rank 1 is the first and only rank to fail, whatever the timing.
@@ -112,7 +112,7 @@ TEST(PipelineFailure, RankThrowingMidScheduleStopsEveryProcessNamingIt) {
 void expect_flag_error(const RunSpec& spec, const std::vector<std::string>& extra, const std::string& expected) {
   const judge::Record got = run_in_subject(
       "pp_flags",
-      [&](const dp_test::TempDir& dir) {
+      [&](const kit_test::TempDir& dir) {
         auto args = pp_run::program_args(spec, dir.path());
         args.insert(args.end(), extra.begin(), extra.end());
         return args;

@@ -43,7 +43,7 @@ kit::pp::Schedules reference_schedules(const RunSpec& s) {
 void expect_matches_single_process(const RunSpec& spec, bool built_schedule) {
   const kit::judge::Record rec = kit::judge::subject(
       [&](kit::judge::Record& out) {
-        dp_test::TempDir dir("pp_" + spec.schedule + std::to_string(spec.ranks));
+        kit_test::TempDir dir("pp_" + spec.schedule + std::to_string(spec.ranks));
         auto args = pp_run::program_args(spec, dir.path());
         args.insert(args.end(), {"--save", dir / "save"});
         if (!built_schedule) {
@@ -55,11 +55,11 @@ void expect_matches_single_process(const RunSpec& spec, bool built_schedule) {
         std::vector<std::map<std::string, torch::Tensor>> saved;
         for (int q = 0; q < spec.ranks; ++q) {
           paths.push_back(dir / ("save/rank" + std::to_string(q) + ".pt"));
-          saved.push_back(dp_test::load_rank_file(paths.back()));
+          saved.push_back(kit_test::load_rank_file(paths.back()));
         }
         out.put("paths", paths);
         out.put("ranks", saved);
-        out.put("leftovers", dp_test::leftovers_after(dir.path(), 5));
+        out.put("leftovers", kit_test::leftovers_after(dir.path(), 5));
       },
       "run_pipeline_training " + spec.schedule + " on " + std::to_string(spec.ranks) + " ranks");
   if (!kit::judge::judging()) return;

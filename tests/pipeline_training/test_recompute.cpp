@@ -529,9 +529,9 @@ RANK_SUBJECT(recompute_1f1b) {
 
 TEST(Recompute, OneFOneBTwoProcessesMatchWithoutRecompute) {
   const int n = 2;
-  const rank_test::RankRun run = rank_test::subject_ranks(n, "recompute_1f1b", 60);
+  const kit_test::RankRun run = kit_test::subject_ranks(n, "recompute_1f1b", 60);
   if (!judge::judging()) return;
-  if (!rank_test::expect_ranks_ok(run, n, "1F1B with recomputation against without (dropout 0.1)")) return;
+  if (!kit_test::expect_ranks_ok(run, n, "1F1B with recomputation against without (dropout 0.1)")) return;
   const std::vector<OneFOneBRun> plains = one_process_1f1b(n);
   for (int r = 0; r < n; ++r) {
     const OneFOneBRun& plain = plains[static_cast<size_t>(r)];
@@ -562,7 +562,7 @@ TEST(Recompute, OneFOneBTwoProcessesMatchWithoutRecompute) {
 // it runs the executor of Problem 3.2 too).
 std::vector<double> program_losses(bool with_recompute) {
   const pp_run::RunSpec spec{2, "1f1b", 4, 1, 2};
-  dp_test::TempDir dir(std::string("pp_recompute_") + (with_recompute ? "on" : "off"));
+  kit_test::TempDir dir(std::string("pp_recompute_") + (with_recompute ? "on" : "off"));
   auto args = pp_run::program_args(spec, dir.path());
   for (size_t i = 0; i + 1 < args.size(); ++i)
     if (args[i] == "--dropout") args[i + 1] = std::to_string(kRcDropout);
@@ -572,7 +572,7 @@ std::vector<double> program_losses(bool with_recompute) {
   const auto r = pp_run::run_program(args, {}, dir / "run.log");
   EXPECT_EQ(r.exitcode, 0) << pp_run::describe(r);
   if (r.exitcode != 0) return {};
-  auto last = dp_test::load_rank_file(dir / "save/rank1.pt");
+  auto last = kit_test::load_rank_file(dir / "save/rank1.pt");
   std::vector<double> losses;
   for (int64_t k = 0; k < pp_run::kSteps; ++k) {
     const std::string key = "loss/step" + std::to_string(k);

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "build_programs.h"
-#include "data_parallel/dp_test_util.h"
+#include "process_harness.h"
 #include "judge/judge.h"
 #include "pipeline_training/schedule_test_util.h"  // schedules in records
 #include "pipeline_training/schedules.h"
@@ -52,16 +52,16 @@ std::map<int64_t, std::string> thread_names(const json& trace) {
 void expect_schedule_trace(const std::string& kind, const kit::pp::PipelineShape& shape) {
   const kit::judge::Record rec = kit::judge::subject(
       [&](kit::judge::Record& out) {
-        dp_test::TempDir dir("schedule_trace");
+        kit_test::TempDir dir("schedule_trace");
         const std::string path = dir / "trace.json";
-        const auto r = dp_test::run_kit_program({kit_test::build_program("schedule"), "--kind", kind, "-p",
+        const auto r = kit_test::run_kit_program({kit_test::build_program("schedule"), "--kind", kind, "-p",
                                                  std::to_string(shape.ranks), "-m", std::to_string(shape.microbatches),
                                                  "-v", std::to_string(shape.chunks), "--trace", path},
                                                 dir / "run.log", {}, 30);
         out.put("exitcode", r.exitcode);
-        out.put("run", dp_test::describe_run(r));
+        out.put("run", kit_test::describe_run(r));
         out.put("path", path);
-        out.put("trace", dp_test::read_file(path));
+        out.put("trace", kit_test::read_file(path));
         out.put("schedule", kit::pp::make_schedule(kit::pp::parse_schedule_kind(kind), shape));
       },
       "schedule --kind " + kind + " --trace");
@@ -100,12 +100,12 @@ TEST(ScheduleTrace, OneFOneBTracksAreTheSimulatedTimeline) { expect_schedule_tra
 TEST(ScheduleTrace, InterleavedTracksAreTheSimulatedTimeline) { expect_schedule_trace("interleaved", {2, 4, 2}); }
 
 TEST(ScheduleTrace, MissingDirectoryIsAClearErrorNamingThePath) {
-  dp_test::TempDir dir("schedule_trace_dir");
+  kit_test::TempDir dir("schedule_trace_dir");
   const std::string path = dir / "missing/trace.json";
-  const auto r = dp_test::run_kit_program(
+  const auto r = kit_test::run_kit_program(
       {kit_test::build_program("schedule"), "--kind", "gpipe", "-p", "2", "-m", "2", "--trace", path}, dir / "run.log",
       {}, 30);
-  EXPECT_NE(r.exitcode, 0) << dp_test::describe_run(r);
+  EXPECT_NE(r.exitcode, 0) << kit_test::describe_run(r);
   EXPECT_NE(r.output.find(path), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("mkdir -p"), std::string::npos) << r.output;
 }
@@ -114,15 +114,15 @@ TEST(ScheduleTrace, MissingDirectoryIsAClearErrorNamingThePath) {
 // with m F and m B of the timed step, the receives nested in their actions, and the two files
 // merge by concatenating their events.
 TEST(PipelineTrace, EachRankFileHoldsItsForwardsBackwardsAndReceives) {
-  dp_test::TempDir dir("pp_trace");
+  kit_test::TempDir dir("pp_trace");
   const int64_t m = 4;
-  const auto r = dp_test::run_kit_program(
+  const auto r = kit_test::run_kit_program(
       {kit_test::build_program("run_pipeline_training"), "--world-size", "2", "--schedule", "1f1b", "--chunks",
        std::to_string(m), "--preset", "tiny", "--n-layer", "2", "--batch-size", "8", "--seq-len", "16",
        "--vocab-size", "64", "--steps", "2", "--threads", "1", "--no-progress", "--out", dir / "metrics/{rank}.json",
        "--trace", dir / "trace.{rank}.json"},
       dir / "run.log", {}, 60);
-  ASSERT_EQ(r.exitcode, 0) << dp_test::describe_run(r);
+  ASSERT_EQ(r.exitcode, 0) << kit_test::describe_run(r);
   json merged = json::array();
   for (int64_t rank = 0; rank < 2; ++rank) {
     SCOPED_TRACE("rank " + std::to_string(rank));

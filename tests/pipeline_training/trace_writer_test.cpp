@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "data_parallel/dp_test_util.h"
+#include "process_harness.h"
 #include "kit/errors.h"
 #include "kit/trace.h"
 #include "pipeline_training/executor.h"
@@ -119,7 +119,7 @@ TEST(TraceWriter, EventOnAnUnnamedTrackOrEndingBeforeItStartsIsAClearError) {
 }
 
 TEST(TraceWriter, WritesAFileAndNamesAMissingDirectoryAndTheFix) {
-  dp_test::TempDir dir("trace_writer");
+  kit_test::TempDir dir("trace_writer");
   const std::string path = dir / "t.json";
   kit::trace::write_chrome_trace(path, small_trace(), "--trace");
   std::ifstream in(path);

@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "build_programs.h"
-#include "data_parallel/dp_test_util.h"
+#include "process_harness.h"
 
 namespace {
 
@@ -34,21 +34,21 @@ struct Program {
 
 // Every rank's metrics of one run at `precision`; a failure (and an empty list) when it fails.
 std::vector<nlohmann::json> run(const Program& p, const std::string& precision) {
-  dp_test::TempDir dir("precision_" + p.name + "_" + precision);
+  kit_test::TempDir dir("precision_" + p.name + "_" + precision);
   std::vector<std::string> argv{kit_test::build_program(p.name)};
   argv.insert(argv.end(), p.args.begin(), p.args.end());
   const std::vector<std::string> common{"--preset", "tiny", "--steps", std::to_string(kSteps), "--batch-size", "4",
                                         "--seq-len", "16", "--vocab-size", "64", "--threads", "1", "--no-progress",
                                         "--precision", precision, "--out", dir.path() + "/{rank}.json"};
   argv.insert(argv.end(), common.begin(), common.end());
-  const auto r = dp_test::run_kit_program(argv, dir / "log.txt");
+  const auto r = kit_test::run_kit_program(argv, dir / "log.txt");
   if (r.exitcode != 0) {
-    ADD_FAILURE() << p.name << " --precision " << precision << ": " << dp_test::describe_run(r);
+    ADD_FAILURE() << p.name << " --precision " << precision << ": " << kit_test::describe_run(r);
     return {};
   }
   std::vector<nlohmann::json> out;
   for (int rank = 0; rank < p.ranks; ++rank) {
-    const std::string text = dp_test::read_file(dir.path() + "/" + std::to_string(rank) + ".json");
+    const std::string text = kit_test::read_file(dir.path() + "/" + std::to_string(rank) + ".json");
     out.push_back(nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false));
     if (!out.back().is_object()) {
       ADD_FAILURE() << p.name << " --precision " << precision << ": rank " << rank << " wrote no metrics JSON";

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "data_parallel/dp_test_util.h"
+#include "process_harness.h"
 #include "kit/config.h"
 #include "model/checkpoint.h"
 #include "model/gpt2.h"
@@ -89,19 +89,19 @@ std::vector<std::pair<std::string, torch::Tensor>> checkpoint_parameters(const s
 // the one-process model and compares.
 TEST(TPRun, TwoRanksTrainAsOneProcessAndSaveTheWholeModel) {
   const kit::judge::Record got = kit::judge::subject([&](kit::judge::Record& out) {
-    dp_test::TempDir one("tp_run_one"), two("tp_run_two");
-    const auto r1 = dp_test::run_kit_program(args(1, one.path()), one / "log.txt");
+    kit_test::TempDir one("tp_run_one"), two("tp_run_two");
+    const auto r1 = kit_test::run_kit_program(args(1, one.path()), one / "log.txt");
     out.put("t1.exitcode", r1.exitcode);
-    out.put("t1.describe", dp_test::describe_run(r1));
+    out.put("t1.describe", kit_test::describe_run(r1));
     if (r1.exitcode != 0) return;
-    const auto r2 = dp_test::run_kit_program(args(2, two.path()), two / "log.txt");
+    const auto r2 = kit_test::run_kit_program(args(2, two.path()), two / "log.txt");
     out.put("t2.exitcode", r2.exitcode);
-    out.put("t2.describe", dp_test::describe_run(r2));
+    out.put("t2.describe", kit_test::describe_run(r2));
     if (r2.exitcode != 0) return;
-    out.put("t1.metrics0", dp_test::read_file(one.path() + "/metrics/0.json"));
+    out.put("t1.metrics0", kit_test::read_file(one.path() + "/metrics/0.json"));
     for (int rank = 0; rank < 2; ++rank)
       out.put("t2.metrics" + std::to_string(rank),
-              dp_test::read_file(two.path() + "/metrics/" + std::to_string(rank) + ".json"));
+              kit_test::read_file(two.path() + "/metrics/" + std::to_string(rank) + ".json"));
     out.put("t1.checkpoint", checkpoint_parameters(one / "model.pt"));
     out.put("t2.checkpoint", checkpoint_parameters(two / "model.pt"));
   });
@@ -158,15 +158,15 @@ TEST(TPRun, TwoRanksTrainAsOneProcessAndSaveTheWholeModel) {
 
 TEST(TPRun, VocabularyThatTDoesNotDivideIsAClearError) {
   const kit::judge::Record got = kit::judge::subject([&](kit::judge::Record& out) {
-    dp_test::TempDir dir("tp_run_bad_vocab");
-    const auto r = dp_test::run_kit_program(args(2, dir.path(), 63), dir / "log.txt");
+    kit_test::TempDir dir("tp_run_bad_vocab");
+    const auto r = kit_test::run_kit_program(args(2, dir.path(), 63), dir / "log.txt");
     out.put("timed_out", r.timed_out);
     out.put("exitcode", r.exitcode);
     out.put("output", r.output);
-    out.put("describe", dp_test::describe_run(r));
-    const auto left = dp_test::leftovers_after(dir.path(), 5);
+    out.put("describe", kit_test::describe_run(r));
+    const auto left = kit_test::leftovers_after(dir.path(), 5);
     out.put("leftovers", left);
-    if (!left.empty()) out.put("leftovers_now", dp_test::leftovers_after(dir.path(), 0));
+    if (!left.empty()) out.put("leftovers_now", kit_test::leftovers_after(dir.path(), 0));
   });
   if (!kit::judge::judging()) return;
   const std::string describe = got.get<std::string>("describe"), output = got.get<std::string>("output");
@@ -177,7 +177,7 @@ TEST(TPRun, VocabularyThatTDoesNotDivideIsAClearError) {
   // Refused in the launcher: no rank was started, so none is left waiting.
   EXPECT_EQ(output.find("starting 2 tensor-parallel ranks"), std::string::npos) << describe;
   EXPECT_TRUE(got.get<std::vector<std::string>>("leftovers").empty())
-      << "processes left behind:\n" << dp_test::join_lines(got.get<std::vector<std::string>>("leftovers_now"));
+      << "processes left behind:\n" << kit_test::join_lines(got.get<std::vector<std::string>>("leftovers_now"));
 }
 
 }  // namespace

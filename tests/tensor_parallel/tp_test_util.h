@@ -27,12 +27,12 @@
 namespace tp_test {
 namespace dist = kit::dist;
 namespace judge = kit::judge;
-using rank_test::close;
-using rank_test::excess;
-using rank_test::expect_all_ranks_pass;
-using rank_test::expect_error_naming;
-using rank_test::RankRun;
-using rank_test::run_ranks;
+using kit_test::close;
+using kit_test::excess;
+using kit_test::expect_all_ranks_pass;
+using kit_test::expect_error_naming;
+using kit_test::RankRun;
+using kit_test::run_ranks;
 using NamedTensors = std::vector<std::pair<std::string, torch::Tensor>>;
 
 // The tiny GPT-2 configuration of these tests: 4 heads (the preset's 2 cannot be split 4 ways),
@@ -89,12 +89,12 @@ using RankCheck = std::function<void(const judge::Record& rec, int r, int n)>;
 inline void for_ranks(const std::vector<int>& sizes, const std::string& role, const std::string& what,
                       const RankCheck& check, double timeout_s = 60) {
   for (const int n : sizes) {
-    const RankRun run = rank_test::subject_ranks(n, role, timeout_s);
+    const RankRun run = kit_test::subject_ranks(n, role, timeout_s);
     if (!judge::judging()) {
       if (!all_ran(run, n)) return;
       continue;
     }
-    if (!rank_test::expect_ranks_ok(run, n, what)) return;
+    if (!kit_test::expect_ranks_ok(run, n, what)) return;
     for (int r = 0; r < n; ++r) {
       SCOPED_TRACE(what + ", rank " + std::to_string(r) + " of " + std::to_string(n));
       check(run.records[static_cast<size_t>(r)], r, n);

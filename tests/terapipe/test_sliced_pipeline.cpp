@@ -222,9 +222,9 @@ TEST(SlicedPipeline, TwoMicroBatchesOfSlicesEqualTheWholeModel) { expect_equal_t
 TEST(SlicedPipeline, StagesOfTwoBlocksEachEqualTheWholeModel) { expect_equal_to_whole({5, 3, 8}, 2, 2 * kStages); }
 TEST(SlicedPipeline, TwoProcessesOfTwoStagesEachEqualTheWholeModel) {
   const int n = 2;
-  const auto run = rank_test::subject_ranks(n, "sliced_two_ranks", 60);
+  const auto run = kit_test::subject_ranks(n, "sliced_two_ranks", 60);
   if (!judge::judging()) return;
-  if (!rank_test::expect_ranks_ok(run, n, "the sliced pipeline")) return;
+  if (!kit_test::expect_ranks_ok(run, n, "the sliced pipeline")) return;
   const Outcome want = whole(tiny_model(2 * n * kTwoRanksChunks));
   for (int r = 0; r < n; ++r) {
     const judge::Record& rec = run.records[static_cast<size_t>(r)];

@@ -28,7 +28,7 @@ namespace {
 namespace zero = kit::zero;
 namespace dist = kit::dist;
 namespace judge = kit::judge;
-using rank_test::RankRun;
+using kit_test::RankRun;
 // Declarations, not `using namespace`: in a unity batch a name another file declares would
 // otherwise silently hide one of these instead of failing to compile.
 using zero_test::kSeqLen;
@@ -241,7 +241,7 @@ void judge_fsdp_eval(const RankRun& run, int n) {
   }
   for (int r = 0; r < n; ++r) {
     const judge::Record& got = run.records[static_cast<size_t>(r)];
-    EXPECT_TRUE(rank_test::close(got.get<torch::Tensor>("logits"), want, 1e-12, 1e-12))
+    EXPECT_TRUE(kit_test::close(got.get<torch::Tensor>("logits"), want, 1e-12, 1e-12))
         << "FSDP's logits differ from the unsharded model's, rank " << r;
     EXPECT_EQ(got.get<int64_t>("gathered_bytes"), 0) << "a forward without gradients left units gathered, rank " << r;
   }
@@ -362,6 +362,6 @@ TEST(Fsdp, UnsupportedModelIsAClearError) {
   // Given code: a parameter no unit knows would stay replicated; refused before any communication.
   kit::GPT2 m = tiny_model(torch::kFloat32, 1);
   m->register_parameter("extra", torch::zeros({3}));
-  rank_test::expect_error_naming([&] { zero::Fsdp(m, dist::Group(), options(1)); }, {"Fsdp knows", "kit::GPT2"},
+  kit_test::expect_error_naming([&] { zero::Fsdp(m, dist::Group(), options(1)); }, {"Fsdp knows", "kit::GPT2"},
                                  "FSDP of a model with a parameter outside its units");
 }

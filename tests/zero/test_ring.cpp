@@ -23,7 +23,7 @@ namespace {
 namespace ring = kit::ring;
 namespace dist = kit::dist;
 namespace judge = kit::judge;
-using rank_test::RankRun;
+using kit_test::RankRun;
 
 const std::vector<int64_t> kSizes = {1, 7, 1000000};
 const std::vector<torch::ScalarType> kTypes = {torch::kFloat32, torch::kFloat64};
@@ -44,7 +44,7 @@ torch::Tensor sum_of_inputs(int n, int64_t numel, torch::ScalarType type) {
 double tol(torch::ScalarType type) { return type == torch::kFloat64 ? 1e-12 : 1e-5; }
 
 ::testing::AssertionResult ring_close(const torch::Tensor& got, const torch::Tensor& want, torch::ScalarType type) {
-  return rank_test::close(got, want, tol(type), tol(type));
+  return kit_test::close(got, want, tol(type), tol(type));
 }
 
 std::string ring_what(int64_t numel, torch::ScalarType type, int r, int n) {

@@ -17,7 +17,7 @@
 
 #include "app/run.h"
 #include "build_programs.h"
-#include "data_parallel/dp_test_util.h"
+#include "process_harness.h"
 #include "judge/judge.h"
 #include "kit/config.h"
 #include "model/gpt2.h"
@@ -81,7 +81,7 @@ std::vector<std::vector<double>> plain_adamw_losses() {
 // One run of run_zero, in a subject part: its exit, its output, and each rank's metrics file.
 struct ZeroRunResult {
   int exitcode = -1;
-  std::string described;             // exit, time and output (dp_test::describe_run)
+  std::string described;             // exit, time and output (kit_test::describe_run)
   std::vector<std::string> metrics;  // rank 0's and rank 1's JSON text ("" when missing)
 };
 void put_run(judge::Record& out, const std::string& name, const ZeroRunResult& r) {
@@ -94,13 +94,13 @@ ZeroRunResult get_run(const judge::Record& got, const std::string& name) {
           got.get<std::vector<std::string>>(name + "/metrics")};
 }
 ZeroRunResult train_run(const std::string& optimizer, const std::string& lr = "0.01") {
-  dp_test::TempDir dir("zero_run_" + optimizer);
-  const auto r = dp_test::run_kit_program(args(optimizer, dir.path(), lr), dir / "log.txt");
+  kit_test::TempDir dir("zero_run_" + optimizer);
+  const auto r = kit_test::run_kit_program(args(optimizer, dir.path(), lr), dir / "log.txt");
   ZeroRunResult out;
   out.exitcode = r.exitcode;
-  out.described = dp_test::describe_run(r);
+  out.described = kit_test::describe_run(r);
   for (int rank = 0; rank < 2; ++rank)
-    out.metrics.push_back(dp_test::read_file(dir.path() + "/metrics/" + std::to_string(rank) + ".json"));
+    out.metrics.push_back(kit_test::read_file(dir.path() + "/metrics/" + std::to_string(rank) + ".json"));
   return out;
 }
 
@@ -213,14 +213,14 @@ TEST(ZeroRun, OptimizerStateAndGradientBytesPerRank) {
 
 TEST(ZeroRun, UnknownOptimizerIsAClearError) {
   const judge::Record got = judge::subject([&](judge::Record& out) {
-    dp_test::TempDir dir("zero_run_bad_optimizer");
-    const auto r = dp_test::run_kit_program(args("zero4", dir.path()), dir / "log.txt");
+    kit_test::TempDir dir("zero_run_bad_optimizer");
+    const auto r = kit_test::run_kit_program(args("zero4", dir.path()), dir / "log.txt");
     out.put("timed_out", r.timed_out);
     out.put("exitcode", r.exitcode);
     out.put("output", r.output);
-    out.put("described", dp_test::describe_run(r));
-    out.put("leftovers", dp_test::leftovers_after(dir.path(), 5));
-    out.put("leftovers_now", dp_test::join_lines(dp_test::leftovers_after(dir.path(), 0)));
+    out.put("described", kit_test::describe_run(r));
+    out.put("leftovers", kit_test::leftovers_after(dir.path(), 5));
+    out.put("leftovers_now", kit_test::join_lines(kit_test::leftovers_after(dir.path(), 0)));
   });
   JUDGE {
     const std::string described = got.get<std::string>("described"), output = got.get<std::string>("output");

@@ -32,7 +32,7 @@ namespace {
 namespace zero = kit::zero;
 namespace dist = kit::dist;
 namespace judge = kit::judge;
-using rank_test::RankRun;
+using kit_test::RankRun;
 // Declarations, not `using namespace`: in a unity batch a name another file declares would
 // otherwise silently hide one of these instead of failing to compile.
 using zero_test::kSteps;
@@ -237,7 +237,7 @@ void judge_update_shard(const judge::Record& got, int64_t r, int64_t n, double e
     ref.step();
     const torch::Tensor after = got.get<torch::Tensor>(p + "after" + std::to_string(step));
     ASSERT_TRUE(after.defined() && after.dim() == 1 && after.size(0) == P) << "the parameters after update_shard";
-    EXPECT_TRUE(rank_test::close(after.narrow(0, sh.begin, visible), x.detach().narrow(0, 0, visible), 1e-6, 1e-6))
+    EXPECT_TRUE(kit_test::close(after.narrow(0, sh.begin, visible), x.detach().narrow(0, 0, visible), 1e-6, 1e-6))
         << "rank " << r << "'s shard after update_shard call " << step << " (eps = " << eps
         << ") differs from torch::optim::AdamW's step " << step
         << (eps > 1e-3 ? ": AdamW adds eps after the bias-corrected root, sqrt(v) / sqrt(1 - beta2^t) + eps" : "");
@@ -414,13 +414,13 @@ TEST(Zero, SavedStateContinuesTrainingIdentically) {
   // The ranks' files in a directory of the subject's own, gone when its part ends.
   const judge::Record got = judge::subject(
       [&](judge::Record& out) {
-        dp_test::TempDir dir("zero_save_load");
-        out.put("ranks", rank_test::run_ranks(3, "zero_save_load", 90, {{"KIT_TEST_DIR", dir.path()}}));
+        kit_test::TempDir dir("zero_save_load");
+        out.put("ranks", kit_test::run_ranks(3, "zero_save_load", 90, {{"KIT_TEST_DIR", dir.path()}}));
       },
       "zero_save_load on 3 ranks");
   if (!judge::judging()) return;
   const RankRun run = got.get<RankRun>("ranks");
-  if (!rank_test::expect_ranks_ok(run, 3, "ZeRO save and load")) return;
+  if (!kit_test::expect_ranks_ok(run, 3, "ZeRO save and load")) return;
   judge_save_load(run);
 }
 
@@ -440,6 +440,6 @@ TEST(Zero, StageThreeIsAClearError) {
   std::vector<torch::Tensor> params = {torch::zeros({3})};
   zero::ZeroOptions o;
   o.stage = 3;
-  rank_test::expect_error_naming([&] { zero::ZeroAdamW(params, dist::Group(), o); }, {"stage 3", "use 1"},
+  kit_test::expect_error_naming([&] { zero::ZeroAdamW(params, dist::Group(), o); }, {"stage 3", "use 1"},
                                  "ZeRO stage 3");
 }

@@ -90,7 +90,7 @@ inline void expect_parameters_close(const std::vector<torch::Tensor>& got, const
                                     const std::vector<std::string>& names, const std::string& what) {
   ASSERT_EQ(got.size(), want.size());
   for (size_t i = 0; i < got.size(); ++i)
-    EXPECT_TRUE(rank_test::close(got[i], want[i], 1e-9, 1e-9)) << names[i] << " " << what;
+    EXPECT_TRUE(kit_test::close(got[i], want[i], 1e-9, 1e-9)) << names[i] << " " << what;
 }
 inline void expect_parameters_close(kit::GPT2& model, const std::vector<torch::Tensor>& want, const std::string& what) {
   expect_parameters_close(model->parameters(), want, model->named_parameters().keys(), what);
@@ -109,17 +109,17 @@ inline void put_parameters(kit::judge::Record& out, const std::string& name, con
 // one to read (an unimplemented function fails every size alike). The subject stops at the first
 // size where a rank did not exit cleanly (the judge stops there too), not to pay for the others.
 inline void judge_ranks_for(const std::vector<int>& sizes, const std::string& role, const std::string& what,
-                            double timeout_s, const std::function<void(const rank_test::RankRun&, int)>& check,
+                            double timeout_s, const std::function<void(const kit_test::RankRun&, int)>& check,
                             const std::vector<std::pair<std::string, std::string>>& env = {}) {
   for (const int n : sizes) {
-    const rank_test::RankRun run = rank_test::subject_ranks(n, role, timeout_s, env);
+    const kit_test::RankRun run = kit_test::subject_ranks(n, role, timeout_s, env);
     if (!kit::judge::judging()) {
       bool clean = run.exitcodes.size() == static_cast<size_t>(n);
       for (const int code : run.exitcodes) clean = clean && code == 0;
       if (!clean) return;
       continue;
     }
-    if (!rank_test::expect_ranks_ok(run, n, what)) return;
+    if (!kit_test::expect_ranks_ok(run, n, what)) return;
     check(run, n);
     if (::testing::Test::HasFailure()) return;
   }

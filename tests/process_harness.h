@@ -1,5 +1,6 @@
-// Helpers for the data-parallel tests: temporary directories, running a program with a
-// deadline, free ports, and finding processes a test left behind.
+// The tests' process harness, shared by every suite that starts processes: temporary
+// directories, running a program with a deadline, free ports, and finding processes a test
+// left behind. Every test helper of tests/ lives in namespace kit_test.
 #pragma once
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -21,7 +22,7 @@
 
 #include "dist/launch.h"
 
-namespace dp_test {
+namespace kit_test {
 namespace fs = std::filesystem;
 
 // A fresh directory of this test's own (so no file from an earlier run can be mistaken
@@ -189,4 +190,4 @@ inline std::map<std::string, torch::Tensor> load_rank_file(const std::string& pa
   return out;
 }
 
-}  // namespace dp_test
+}  // namespace kit_test
