@@ -170,6 +170,11 @@ int launcher_or_worker(int world_size_flag, const std::function<int()>& launcher
   if (world_size_flag > 0 && world_size_flag != world.world_size)
     throw Error("--world-size " + std::to_string(world_size_flag) + " but " + world.launcher_name() + " started " +
                 std::to_string(world.world_size) + " ranks: drop --world-size or make them agree");
+  // dist::init_process_group(backend, rank, world_size) reads the rendezvous from the
+  // environment; under srun without MASTER_ADDR/MASTER_PORT it is the one detect_world
+  // derived (the step's first node, 20000 + job id % 20000). Set values stay as they are.
+  ::setenv("MASTER_ADDR", world.rendezvous.master_addr.c_str(), 0);
+  ::setenv("MASTER_PORT", std::to_string(world.rendezvous.master_port).c_str(), 0);
   try {
     return worker(world);
   } catch (const dist::CommError& e) {

@@ -10,6 +10,7 @@ is the script's.
 """
 import json
 import os
+import random
 import re
 import socket
 import stat
@@ -48,6 +49,15 @@ sys.exit(max(codes, key=abs))
 
 
 def free_port() -> int:
+    """A free port, from 20000..39999 when one is free there, so that the job id can name it
+    and the ranks take the port the kit derives from SLURM_JOB_ID (no MASTER_PORT at all)."""
+    for port in random.Random().sample(range(20000, 40000), 200):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+                return port
+            except OSError:
+                continue
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
