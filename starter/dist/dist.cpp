@@ -535,6 +535,10 @@ void check_peer(const State& s, int peer, const char* what, const char* role) {
                 std::to_string(n) + ")");
 }
 
+// Gloo has no bfloat16 reduction ("Invalid scalar type"; --precision bf16 reduces a
+// tensor-parallel layer's bf16 output): such a tensor is reduced as an fp32 copy.
+bool gloo_cannot_reduce(const torch::Tensor& t) { return t.scalar_type() == torch::kBFloat16 && get_backend() == "gloo"; }
+
 void check_contiguous(const torch::Tensor& t, const char* what) {
   if (!t.is_contiguous())
     throw Error(std::string("dist::") + what +
@@ -552,12 +556,11 @@ void all_reduce(const torch::Tensor& tensor, ReduceOp op, const Group& group) {
     count(s, &AtomicCounters::all_reduce_bytes, nbytes(tensor));
     return;
   }
-  // Gloo and NCCL reduce dense buffers: reduce a contiguous copy and write it back. Gloo has
-  // no bfloat16 reduction (--precision bf16: a tensor-parallel layer's output), so there the
-  // copy is fp32, counted at the tensor's own bytes (what NCCL sends).
-  const bool widen = tensor.scalar_type() == torch::kBFloat16 && get_backend() == "gloo";
-  const torch::Tensor buffer =
-      widen ? tensor.to(torch::kFloat32).contiguous() : tensor.is_contiguous() ? tensor : tensor.contiguous();
+  // Gloo and NCCL reduce dense buffers: reduce a contiguous copy and write it back; on Gloo a
+  // bf16 tensor's copy is fp32, counted at the tensor's own bytes (what NCCL sends).
+  const torch::Tensor buffer = gloo_cannot_reduce(tensor) ? tensor.to(torch::kFloat32).contiguous()
+                               : tensor.is_contiguous()   ? tensor
+                                                          : tensor.contiguous();
   Work::Impl::start_all_reduce(buffer, op, "all_reduce", group, nbytes(tensor)).wait();
   if (!buffer.is_same(tensor)) copy_back(tensor, buffer);
 }
@@ -566,7 +569,7 @@ Work all_reduce_async(const torch::Tensor& tensor, ReduceOp op) { return all_red
 
 Work all_reduce_async(const torch::Tensor& tensor, ReduceOp op, const Group& group) {
   check_tensor(tensor, "all_reduce_async");
-  if (tensor.scalar_type() == torch::kBFloat16 && get_backend() == "gloo")
+  if (gloo_cannot_reduce(tensor))
     throw Error("dist::all_reduce_async: Gloo reduces no bfloat16 tensor in place; reduce an fp32 copy "
                 "(t.to(torch::kFloat32)), or use dist::all_reduce, which does that for you");
   if (!tensor.is_contiguous())
