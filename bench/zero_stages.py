@@ -5,6 +5,7 @@
     python3 bench/zero_stages.py --presets cpu-base         # cpu-base only: about a minute on 2 cores
     python3 bench/zero_stages.py --presets tiny --world-sizes 1 2 --batch-size 2 --seq-len 16 \\
         --vocab-size 64 --steps 1 --warmup 1                # smoke: seconds
+    python3 bench/zero_stages.py --precision bf16 ...       # the ZeRO stages in mixed precision
 
 For each preset and each n of --world-sizes (n Gloo ranks, --threads per process; n = 1 runs
 one rank in-process), it runs build/run_zero four times: --optimizer adamw (plain data
@@ -14,14 +15,19 @@ parameters too, gathered unit by unit), each rank on its own --batch-size rows (
 --gpt2-batch-size, --gpt2-seq-len, --gpt2-steps, kept small: one step of the 124M-parameter
 model takes tens of seconds on one CPU thread), and reports per run
   - memory per rank between steps, counted from the tensors (run_zero's metrics):
-    parameters, gradients, optimizer state, against the ZeRO paper's fp32 AdamW formulas
-    (DP 4P + 4P + 8P = 16P, ZeRO-1 4P + 4P + 8P/n, ZeRO-2 4P + 12P/n, ZeRO-3 16P/n);
+    parameters, gradients, optimizer state, against the ZeRO paper's formulas: --precision
+    fp32 (the default), fp32 AdamW, DP 4P + 4P + 8P = 16P, ZeRO-1 4P + 4P + 8P/n, ZeRO-2
+    4P + 12P/n, ZeRO-3 16P/n; --precision bf16, the paper's mixed precision for the ZeRO
+    stages (bf16 parameters and gradients, fp32 master and moments: 2 + 2 + 12 bytes per
+    parameter), ZeRO-1 2P + 2P + 12P/n, ZeRO-2 2P + 14P/n, ZeRO-3 16P/n, while DP keeps fp32
+    weights under autocast (4P + 4P + 8P, the same 16P);
     the most CPU tensor bytes held at once during a step (peak tensors: activations and
     transients too) and the process's peak RSS;
   - the step time (the slowest rank's mean over the timed steps) and tokens/s of all ranks
     together (the sum of each rank's own rate);
   - bytes communicated per step per rank (ZeRO: the ring's sends, counted; DP: 2(n-1)/n of the
-    bytes all-reduced, derived) against 2(n-1)/n x 4P (ZeRO-3: 3(n-1)/n x 4P, three passes);
+    bytes all-reduced, derived) against 2(n-1)/n x 4P (ZeRO-3: 3(n-1)/n x 4P, three passes;
+    2P in place of 4P for the ZeRO stages in bf16);
 and checks, each PASS or MISS:
   - memory_formula_<preset>_<run>: on every rank and every n, counted parameters + gradients +
     optimizer state within 0.1 % of the formula (ZeRO-3 also up to units x 4 bytes x 4 above
@@ -29,7 +35,9 @@ and checks, each PASS or MISS:
   - zero3_comm_1.5x_zero1_<preset>: ZeRO-3's bytes sent per step = 1.5 x ZeRO-1's within
     0.5 % at every n > 1 (both 0 at n = 1);
   - zero3_losses_equal_dp_<preset>: ZeRO-3's losses equal DP's at the same n (every rank,
-    every step) within 1e-5 relative.
+    every step) within 1e-5 relative; in bf16 zero3_losses_close_zero1_<preset>: ZeRO-3's
+    within 1e-3 of ZeRO-1's, both mixed precision (their bf16 gradients are summed in
+    another order: the units' rings, not one flat ring).
 Writes OUT/summary.json and OUT/summary.md, prints the tables, and draws OUT/figures/
 zero_stages.png with gnuplot (--no-figures: skip; --redraw: only draw it again from
 OUT/summary.json, --figures DIR: into DIR).
@@ -47,11 +55,12 @@ TARGETS = "run_zero"  # what the runs need built
 VARIANTS = [("adamw", "DP", "#4C72B0", 7), ("zero1", "ZeRO-1", "#DD8452", 5), ("zero2", "ZeRO-2", "#55A868", 9),
             ("zero3", "ZeRO-3", "#C44E52", 13)]
 LABELS = {name: label for name, label, _, _ in VARIANTS}
-FORMULA_TEXT = {"adamw": "16P", "zero1": "8P + 8P/n", "zero2": "4P + 12P/n", "zero3": "16P/n"}
+FORMULA_TEXT = {"fp32": {"adamw": "16P", "zero1": "8P + 8P/n", "zero2": "4P + 12P/n", "zero3": "16P/n"},
+                "bf16": {"adamw": "16P", "zero1": "4P + 12P/n", "zero2": "2P + 14P/n", "zero3": "16P/n"}}
 MIB = 2**20
 MEMORY_TOLERANCE = 1e-3    # counted params + grads + state against the formula, relative
 COMM_TOLERANCE = 5e-3      # ZeRO-3's bytes sent against 1.5 x ZeRO-1's, relative
-LOSS_TOLERANCE = 1e-5      # ZeRO-3's losses against DP's, relative
+LOSS_TOLERANCE = {"fp32": 1e-5, "bf16": 1e-3}  # ZeRO-3's losses against DP's (bf16: ZeRO-1's), relative
 
 
 def parse_args(argv=None):
@@ -59,6 +68,8 @@ def parse_args(argv=None):
     ap.add_argument("--world-sizes", type=int, nargs="+", default=[1, 2, 3, 4], help="data-parallel ranks n")
     preset_options(ap, batch_size=4, steps=2)
     ap.add_argument("--backend", default="gloo", choices=["gloo", "nccl"])
+    ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16"],
+                    help="bf16: the ZeRO stages in mixed precision (fp32 master weights), DP under autocast")
     common_options(ap, timeout=1200, out="runs/zero_stages")
     figure_options(ap)
     args = ap.parse_args(argv)
@@ -69,25 +80,34 @@ def parse_args(argv=None):
     return args
 
 
-def formula(optimizer, p, n):
-    """The ZeRO paper's fp32 AdamW bytes per rank between steps: {parameters, gradients,
-    optimizer_state, total}."""
-    params = 4 * p / n if optimizer == "zero3" else 4 * p
-    grads = 4 * p / n if optimizer in ("zero2", "zero3") else 4 * p
-    state = 8 * p if optimizer == "adamw" else 8 * p / n
+def master_weights(optimizer, precision):
+    """Whether run_zero trains with bf16 parameters and an fp32 master (the ZeRO stages in bf16)."""
+    return precision == "bf16" and optimizer != "adamw"
+
+
+def formula(optimizer, p, n, precision="fp32"):
+    """The ZeRO paper's bytes per rank between steps: {parameters, gradients, optimizer_state,
+    total}; fp32 AdamW 4 + 4 + 8 bytes per parameter, mixed precision 2 + 2 + 12."""
+    w, k = (2, 12) if master_weights(optimizer, precision) else (4, 8)
+    params = w * p / n if optimizer == "zero3" else w * p
+    grads = w * p / n if optimizer in ("zero2", "zero3") else w * p
+    state = k * p if optimizer == "adamw" else k * p / n
     return {"parameters": params, "gradients": grads, "optimizer_state": state, "total": params + grads + state}
 
 
-def formula_comm(optimizer, p, n):
-    """Bytes sent per rank per step: 2(n-1)/n x 4P (a ring all-reduce), 3(n-1)/n x 4P for ZeRO-3."""
-    return (3 if optimizer == "zero3" else 2) * (n - 1) / n * 4 * p
+def formula_comm(optimizer, p, n, precision="fp32"):
+    """Bytes sent per rank per step: 2(n-1)/n x 4P (a ring all-reduce), 3(n-1)/n x 4P for ZeRO-3
+    (2P for bf16 parameters and gradients)."""
+    w = 2 if master_weights(optimizer, precision) else 4
+    return (3 if optimizer == "zero3" else 2) * (n - 1) / n * w * p
 
 
 def zero_run(args, preset, n, optimizer, st):
     cmd = [os.path.join(args.build, "run_zero"), "--world-size", str(n), "--optimizer", optimizer,
            "--preset", preset, "--batch-size", str(st["batch_size"]), "--seq-len", str(st["seq_len"]),
            "--vocab-size", str(args.vocab_size), "--threads", str(args.threads),
-           "--steps", str(st["warmup"] + st["steps"]), "--warmup", str(st["warmup"]), "--backend", args.backend]
+           "--steps", str(st["warmup"] + st["steps"]), "--warmup", str(st["warmup"]), "--backend", args.backend,
+           "--precision", args.precision]
     _, ranks = run_ranks(cmd, os.path.join(args.out, preset, f"n{n}", optimizer), n, args.timeout, TARGETS)
     r0 = ranks[0]
     p = r0["parameter_count"]
@@ -104,11 +124,12 @@ def zero_run(args, preset, n, optimizer, st):
                              "activations": m["activation_bytes"],
                              "peak_tensor_bytes": m["peak_tensor_bytes"], "peak_rss": m["peak_rss_bytes"]}
                             for m in ranks],
-        "formula_bytes": formula(optimizer, p, n),
+        "master_weights": r0["master_weights"],
+        "formula_bytes": formula(optimizer, p, n, args.precision),
         "program_formula_bytes": r0["formula_bytes"],  # run_zero's own, for reference
         "comm_bytes_per_step": max(m["comm_bytes_per_step"] for m in ranks),
         "comm_bytes_counted": r0["comm_bytes_counted"],
-        "formula_comm_bytes_per_step": formula_comm(optimizer, p, n),
+        "formula_comm_bytes_per_step": formula_comm(optimizer, p, n, args.precision),
         "comm_s_per_step": max(m["comm_seconds_per_step"] for m in ranks),
         "parameter_count": p, "n_layer": r0["n_layer"], "n_embd": r0["n_embd"], "n_head": r0["n_head"],
         "vocab_size": r0["vocab_size"],
@@ -128,9 +149,13 @@ def measure(args, preset):
 
 def checks(summary):
     out = []
+    precision = summary["settings"]["precision"]
+    text = FORMULA_TEXT[precision]
     for p in summary["presets"]:
         name = p["preset"]
-        slack = p["units"] * 4 * 4  # ZeRO-3: under one element of padding per unit in each of 4 tensors
+        # ZeRO-3: under one element of padding per unit in each tensor, 16 bytes in all (fp32: the
+        # parameter, its gradient, two moments; bf16: 2 + 2 and the master's 4 + 4 + 4)
+        slack = p["units"] * 16
         for opt, label, _, _ in VARIANTS:
             worst, where, ok = 0.0, "", True
             for r in (r for r in p["runs"] if r["name"] == opt):
@@ -141,8 +166,8 @@ def checks(summary):
                     ok = ok and abs(d) <= allowed
                     if abs(d) >= abs(worst) or not where:
                         worst, where = d, f"n = {r['world_size']}, rank {rank}: {m['counted']} vs {f:.0f} bytes"
-            goal = (f"{label}: params + grads + state counted = {FORMULA_TEXT[opt]} within 0.1 %"
-                    + (f" (+ up to {p['units']} units x 4 B x 4 = {slack} B of padding)" if opt == "zero3" else "")
+            goal = (f"{label}: params + grads + state counted = {text[opt]} within 0.1 %"
+                    + (f" (+ up to {p['units']} units x 16 B = {slack} B of padding)" if opt == "zero3" else "")
                     + ", every rank and n")
             out.append({"name": f"memory_formula_{name}_{opt}", "goal": goal,
                         "value": f"largest difference {worst:+.0f} B ({where})", "status": "PASS" if ok else "MISS"})
@@ -159,15 +184,20 @@ def checks(summary):
         out.append({"name": f"zero3_comm_1.5x_zero1_{name}",
                     "goal": "ZeRO-3's bytes sent per step per rank = 1.5 x ZeRO-1's within 0.5 % (n = 1: both 0)",
                     "value": "; ".join(ratios), "status": "PASS" if ok else "MISS"})
+        # fp32: ZeRO-3 against DP; bf16: against ZeRO-1, the other run with master weights
+        other, other_label = ("adamw", "DP") if precision == "fp32" else ("zero1", "ZeRO-1")
+        tol = LOSS_TOLERANCE[precision]
         diffs, ok = [], True
         for n in sorted({r["world_size"] for r in p["runs"]}):
-            dp = next(r for r in p["runs"] if r["name"] == "adamw" and r["world_size"] == n)["losses_per_rank"]
+            ref = next(r for r in p["runs"] if r["name"] == other and r["world_size"] == n)["losses_per_rank"]
             z3 = next(r for r in p["runs"] if r["name"] == "zero3" and r["world_size"] == n)["losses_per_rank"]
-            d = max(rel_diff(a, b) for a, b in zip(z3, dp))
-            ok = ok and d <= LOSS_TOLERANCE and len(z3) == len(dp) and all(len(a) == len(b) for a, b in zip(z3, dp))
+            d = max(rel_diff(a, b) for a, b in zip(z3, ref))
+            ok = ok and d <= tol and len(z3) == len(ref) and all(len(a) == len(b) for a, b in zip(z3, ref))
             diffs.append(f"n = {n}: {d:.1e}")
-        out.append({"name": f"zero3_losses_equal_dp_{name}",
-                    "goal": "ZeRO-3's losses = DP's at the same n, every rank and step, within 1e-5 relative",
+        out.append({"name": (f"zero3_losses_equal_dp_{name}" if precision == "fp32"
+                             else f"zero3_losses_close_zero1_{name}"),
+                    "goal": f"ZeRO-3's losses = {other_label}'s at the same n, every rank and step, within {tol:g} "
+                            "relative",
                     "value": "; ".join(diffs), "status": "PASS" if ok else "MISS"})
     return out
 
@@ -179,6 +209,7 @@ def unit(total):
 
 def markdown(s):
     st = s["settings"]
+    precision = st.get("precision", "fp32")
     out = [f"n = {', '.join(str(n) for n in st['world_sizes'])} ranks ({st['backend']}), {st['threads']} thread(s) "
            f"per process, {st['cores']} cores; `{st['command']}`", "", "### Checks", "",
            *table_head("| check | goal | measured | |", "llll")]
@@ -207,17 +238,22 @@ def markdown(s):
             out.append(f"| {r['world_size']} | {r['label']} | {b(worst['parameters'])} / {b(f['parameters'])} "
                        f"| {b(worst['gradients'])} / {b(f['gradients'])} "
                        f"| {b(worst['optimizer_state'])} / {b(f['optimizer_state'])} "
-                       f"| {b(worst['counted'])} / {b(f['total'])} | {FORMULA_TEXT[r['name']]} "
+                       f"| {b(worst['counted'])} / {b(f['total'])} | {FORMULA_TEXT[precision][r['name']]} "
                        f"| {b(max(peak)) if peak else 'not measured'} "
                        f"| {max(m['peak_rss'] for m in r['memory_per_rank']) / MIB:.0f} MiB "
                        f"| {r['step_time_s']:.3f} s | {r['tokens_per_s']:.0f} "
                        f"| {b(r['comm_bytes_per_step'])}{'' if r['comm_bytes_counted'] else ' (derived)'} / "
                        f"{b(r['formula_comm_bytes_per_step'])} | {'same' if loss == 0 else f'{loss:.1e}'} |")
-    out += ["", "Formulas (fp32 AdamW, P parameters, n ranks, per rank between steps): DP 4P + 4P + 8P, ZeRO-1 "
-                "4P + 4P + 8P/n, ZeRO-2 4P + 12P/n, ZeRO-3 16P/n; communication 2(n-1)/n x 4P, ZeRO-3 3(n-1)/n x 4P. "
+    out += ["", ("Formulas (fp32 AdamW, P parameters, n ranks, per rank between steps): DP 4P + 4P + 8P, ZeRO-1 "
+                 "4P + 4P + 8P/n, ZeRO-2 4P + 12P/n, ZeRO-3 16P/n; communication 2(n-1)/n x 4P, ZeRO-3 3(n-1)/n x 4P. "
+                 if precision == "fp32" else
+                 "Formulas (bf16: the ZeRO stages in the paper's mixed precision, bf16 parameters and gradients, fp32 "
+                 "master and moments; DP fp32 weights under autocast; P parameters, n ranks, per rank between steps): "
+                 "DP 4P + 4P + 8P, ZeRO-1 2P + 2P + 12P/n, ZeRO-2 2P + 14P/n, ZeRO-3 16P/n; communication "
+                 "2(n-1)/n x 2P, ZeRO-3 3(n-1)/n x 2P (DP 2(n-1)/n x 4P). ") +
                 "DP's communication is derived from the bytes given to all_reduce (2(n-1)/n of them, what a ring "
                 "sends); ZeRO's is the ring's sends, counted. Gradients are those kept between steps: during "
-                "backward every run but ZeRO-3 holds all 4P bytes of them. Peak tensors: the most CPU tensor bytes "
+                "backward every run but ZeRO-3 holds all of them (4P bytes, 2P with bf16 parameters). Peak tensors: the most CPU tensor bytes "
                 "held at once during a step (activations and transients included; kit::memory); peak RSS: the "
                 "whole process (LibTorch itself, the whole model built from the seed on every rank). Step: the "
                 "slowest rank's mean over the timed steps; with more ranks than cores they share the cores. "
@@ -247,12 +283,17 @@ def stages_figure(s):
     threads = round(s.field(st, "threads", s.path + ": settings", "number"))
     cores = s.field(st, "cores", s.path + ": settings", "number or null")
     backend = s.field(st, "backend", s.path + ": settings", "text")
+    precision = st.get("precision", "fp32")
+    text = FORMULA_TEXT[precision]
     rows_n = len(presets)
     script = (f"set multiplot layout {rows_n},3 title " +
-              quote("Data parallelism (DP, plain AdamW) against ZeRO stages 1, 2 and 3, fp32, per rank against the "
+              quote("Data parallelism (DP, plain AdamW) against ZeRO stages 1, 2 and 3, "
+                    + ("fp32" if precision == "fp32" else "bf16 (the ZeRO stages with fp32 master weights)")
+                    + ", per rank against the "
                     f"number of ranks n ({backend}, {threads} thread(s) per process"
                     + (f", {cores} cores" if cores else "") + ")\nmemory: bytes counted from the tensors "
-                    "(points) and the ZeRO paper's formulas (dashed, same colour): 16P, 8P + 8P/n, 4P + 12P/n, 16P/n") +
+                    "(points) and the ZeRO paper's formulas (dashed, same colour): "
+                    + ", ".join(text[opt] for opt, _, _, _ in VARIANTS)) +
               "\n" + BAR_STYLE + 'set grid xtics ytics lc rgb "#DDDDDD"\nset xlabel "ranks n"\n'
               "set tmargin 5\nset bmargin 4\n")
     for where, preset in presets:
@@ -292,7 +333,7 @@ def stages_figure(s):
         # Panel 1: params + grads + state; the formulas drawn last, dashed over the thin counted lines.
         plot = ", ".join(
             f"'-' using ($1+{shift[opt]!r}):2 with linespoints lw 1 pt {pt} ps 1.5 lc rgb {quote(colour)} "
-            f"title {quote(label + ': ' + FORMULA_TEXT[opt])}" for opt, label, colour, pt, _ in used)
+            f"title {quote(label + ': ' + text[opt])}" for opt, label, colour, pt, _ in used)
         plot += "".join(f", '-' using ($1+{shift[opt]!r}):3 with lines dt 2 lw 2.5 lc rgb {quote(colour)} notitle"
                         for opt, _, colour, _, _ in used)
         plot += ', NaN with lines dt 2 lw 2.5 lc rgb "#555555" title "formula (dashed)"'
@@ -325,6 +366,7 @@ def main(argv=None):
         return draw_figures(args, draw)
     os.makedirs(args.out, exist_ok=True)
     summary = {"settings": {"world_sizes": args.world_sizes, "threads": args.threads, "backend": args.backend,
+                            "precision": args.precision,
                             "vocab_size": args.vocab_size, "cores": os.cpu_count(), "command": command_line(argv)},
                "presets": [measure(args, p) for p in args.presets]}
     summary["checks"] = checks(summary)

@@ -21,14 +21,18 @@ void ZeroAdamW::update_shard(const torch::Tensor& grad) {
   // torch::optim::AdamW's update, on this rank's shard of the parameters and moments only.
   torch::NoGradGuard no_grad;
   step_ += 1;
-  torch::Tensor p = param_flat_.narrow(0, shard_.begin, shard_.size());
+  const torch::Tensor shard = param_flat_.narrow(0, shard_.begin, shard_.size());
+  // Mixed precision: AdamW updates the fp32 master, in fp32; otherwise the parameters themselves.
+  torch::Tensor p = mixed_precision() ? master_ : shard;
+  const torch::Tensor g = grad.to(p.scalar_type());
   p.mul_(1 - opt_.lr * opt_.weight_decay);  // decoupled weight decay
-  exp_avg_.mul_(opt_.beta1).add_(grad, 1 - opt_.beta1);
-  exp_avg_sq_.mul_(opt_.beta2).addcmul_(grad, grad, 1 - opt_.beta2);
+  exp_avg_.mul_(opt_.beta1).add_(g, 1 - opt_.beta1);
+  exp_avg_sq_.mul_(opt_.beta2).addcmul_(g, g, 1 - opt_.beta2);
   const double bias1 = 1 - std::pow(opt_.beta1, static_cast<double>(step_));
   const double bias2 = 1 - std::pow(opt_.beta2, static_cast<double>(step_));
   const torch::Tensor denom = (exp_avg_sq_.sqrt() / std::sqrt(bias2)).add_(opt_.eps);
   p.addcdiv_(exp_avg_, denom, -opt_.lr / bias1);
+  if (mixed_precision()) shard.copy_(master_);  // the model computes in the master's rounded copy
   // END SOLUTION
 }
 

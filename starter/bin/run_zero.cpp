@@ -88,8 +88,11 @@ int main(int argc, char** argv) {
       "peak_tensor_bytes, "
       "rss_forward_rise_bytes and peak_rss_bytes (the process), "
       "beside formula_bytes (fp32 AdamW: 4P + 4P + 8P for adamw, 4P + 4P + 8P/n for zero1, 4P + 12P/n for "
-      "zero2, 16P/n for zero3); communication per step per rank (send_bytes for the ring, all_reduce_bytes for "
-      "adamw) against all-reduce's 2(n-1)/n x 4P (zero3: 3(n-1)/n x 4P).");
+      "zero2, 16P/n for zero3; with --precision bf16 the ZeRO stages train in the paper's mixed precision, bf16 "
+      "parameters and gradients with an fp32 master in the optimizer (master_weights: true): 2P + 2P + 12P/n, "
+      "2P + 14P/n, 16P/n, while adamw keeps fp32 weights under autocast, 16P); communication per step per rank "
+      "(send_bytes for the ring, all_reduce_bytes for adamw) against all-reduce's 2(n-1)/n x 4P (zero3: "
+      "3(n-1)/n x 4P; 2P in place of 4P with master weights).");
   return kit::guarded_main(argc, argv, app, [&] {
     // A bad flag fails in the launcher, before any process; with --world-size 1 the one rank
     // runs in this process.
@@ -119,8 +122,13 @@ int worker_main(const ZeroRunOptions& o, const kit::WorldInfo& me) {
   const bool count_memory = not_counted.empty();
 
   const auto batches = kit::synthetic_batches(o.steps, B, T, o.vocab, o.run.train.seed, rank);  // this rank's rows
+  const int stage = stage_of(o.optimizer);
+  // bf16 with ZeRO: the paper's mixed precision, bf16 parameters and gradients with the fp32
+  // master and moments in the sharded optimizer (zero/zero.h). Plain AdamW keeps fp32 weights
+  // and computes the forward's products in bf16 through autocast (kit/precision.h).
+  const bool master_weights = precision == kit::Precision::BF16 && stage > 0;
   kit::GPT2 model = kit::build_model(cfg, o.vocab, T, o.run.train.seed);
-  model->to(device);
+  model->to(device, master_weights ? torch::kBFloat16 : torch::kFloat32);
   model->train();
   torch::manual_seed(o.run.train.seed + 1 + static_cast<uint64_t>(rank));  // dropout: this rank's own
   const std::vector<torch::Tensor> params = model->parameters();  // the tied weight once
@@ -130,7 +138,6 @@ int worker_main(const ZeroRunOptions& o, const kit::WorldInfo& me) {
     parameter_bytes += bytes_of(p);
   }
 
-  const int stage = stage_of(o.optimizer);
   std::unique_ptr<torch::optim::AdamW> adamw;
   std::unique_ptr<kit::zero::ZeroAdamW> zero;
   std::unique_ptr<kit::zero::Fsdp> fsdp;
@@ -221,9 +228,11 @@ int worker_main(const ZeroRunOptions& o, const kit::WorldInfo& me) {
     const double n = W, ring = 2.0 * (n - 1) / n;
     const double ar_bytes = static_cast<double>(c.all_reduce_bytes) / per;
     const double send_bytes = static_cast<double>(c.send_bytes) / per;
-    const double p4 = 4.0 * static_cast<double>(P);
-    const double f_params = stage == 3 ? p4 / n : p4, f_grads = stage >= 2 ? p4 / n : p4,
-                 f_state = stage == 0 ? 2 * p4 : 2 * p4 / n;
+    // The ZeRO paper's bytes per rank: fp32 AdamW 4 + 4 + 8 per parameter, mixed precision
+    // 2 + 2 + 12 (bf16 parameters and gradients, fp32 master and moments); /n where sharded.
+    const double Pd = static_cast<double>(P), w = master_weights ? 2 : 4, K = master_weights ? 12 : 8;
+    const double f_params = (stage == 3 ? w / n : w) * Pd, f_grads = (stage >= 2 ? w / n : w) * Pd,
+                 f_state = (stage == 0 ? K : K / n) * Pd, p_comm = w * Pd;
     // tokens_per_sec: this rank's rows only; the job's rate is the sum over the ranks.
     nlohmann::json m = kit::run_metrics("run_zero", o, me, timer, B * T);
     m.erase("batch_size");
@@ -249,15 +258,17 @@ int worker_main(const ZeroRunOptions& o, const kit::WorldInfo& me) {
                       : "not measured: " + not_counted},
         {"rss_forward_rise_bytes", rss_rise},
         {"peak_rss_bytes", kit::memory::peak_rss_bytes()},
+        {"master_weights", master_weights},
         {"formula_bytes",
          {{"parameters", f_params}, {"gradients", f_grads}, {"optimizer_state", f_state},
-          {"total", f_params + f_grads + f_state}}},
+          {"total", f_params + f_grads + f_state},
+          {"accounting", master_weights ? "mixed precision: 2 + 2 + 12 bytes per parameter" : "fp32: 4 + 4 + 8 bytes per parameter"}}},
         {"all_reduce_bytes_per_step", ar_bytes},
         {"send_bytes_per_step", send_bytes},
         {"comm_bytes_per_step", stage == 0 ? ring * ar_bytes : send_bytes},
         {"comm_bytes_counted", stage != 0},
-        {"formula_all_reduce_comm_bytes_per_step", ring * p4},
-        {"formula_comm_bytes_per_step", (stage == 3 ? 1.5 : 1.0) * ring * p4},
+        {"formula_all_reduce_comm_bytes_per_step", ring * p_comm},
+        {"formula_comm_bytes_per_step", (stage == 3 ? 1.5 : 1.0) * ring * p_comm},
         {"comm_seconds_per_step", c.comm_seconds / per}});
     kit::write_rank_json(o.run.out, rank, W, m.dump(1));
   }

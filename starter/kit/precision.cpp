@@ -68,9 +68,10 @@ Autocast::~Autocast() {
   set_dtype(device_, was_dtype_);
 }
 
+bool is_low_precision(c10::ScalarType t) { return t == at::kBFloat16 || t == at::kHalf; }
+
 at::Tensor full_precision(const at::Tensor& logits) {
-  const auto t = logits.scalar_type();
-  return t == at::kBFloat16 || t == at::kHalf ? logits.to(at::kFloat) : logits;
+  return is_low_precision(logits.scalar_type()) ? logits.to(at::kFloat) : logits;
 }
 
 AutocastState autocast_state(c10::DeviceType device) { return {enabled(device), dtype(device)}; }

@@ -47,6 +47,10 @@ class Autocast {
   c10::ScalarType was_dtype_;
 };
 
+// bfloat16 or float16: a type a model computes in but an optimizer does not update in (its
+// 8 or 11 significant bits lose small updates): ZeRO keeps an fp32 master copy beside it.
+bool is_low_precision(c10::ScalarType t);
+
 // Logits in bfloat16 or float16 (a forward under autocast) as float32; any other type
 // unchanged (float64 stays float64). Every loss of the kit is taken of these: the softmax over
 // the vocabulary is where low precision loses most.

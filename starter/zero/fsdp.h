@@ -109,7 +109,9 @@ class Fsdp {
   // The full parameters (gathered copies), in model->parameters() order: for tests and checkpoints.
   std::vector<torch::Tensor> full_parameters();
   int64_t shard_bytes() const;     // bytes of every unit's shard on this rank
-  int64_t state_bytes() const { return optimizer_->state_bytes(); }  // AdamW's moments: 2 x shard_bytes()
+  // AdamW's state for the shards: the moments, 2 x shard_bytes() in fp32; in mixed precision
+  // (a bfloat16 model) fp32 moments and the fp32 master, 12 bytes per shard element.
+  int64_t state_bytes() const { return optimizer_->state_bytes(); }
   int64_t gathered_bytes() const;  // bytes of full buffers held right now
   // Bytes this rank sends per step on the ring: 3 (n-1) x element size x (sum of the units' S).
   int64_t expected_send_bytes() const;

@@ -15,6 +15,16 @@
 // Steps 2 + 4 send what one all-reduce sends, 2(n-1)/n of the buffer per rank. Stage 2
 // also keeps only the shard of the reduced gradients between steps (the full gradient
 // buffer is freed once it is reduced). Stage 3 (the parameters sharded too): fsdp.h, Problem 5.5.
+//
+// Mixed precision, as the ZeRO paper trains (its section 3.1): when the parameters are
+// bfloat16 (or float16), the model computes in them and its gradients are bfloat16 too, but
+// AdamW cannot update them there (an update of lr = 1e-3 is below bfloat16's 8 bits of a
+// weight of 1). So each rank keeps an fp32 master copy of its shard, master(): update_shard
+// applies AdamW to the master, with fp32 moments, and then writes it, rounded, into its shard
+// of the bfloat16 parameters, which step 4 all-gathers. Per parameter: 2 bytes of parameters,
+// 2 of gradients and K = 12 of optimizer state (master 4, moments 4 + 4), divided by n where
+// sharded: ZeRO-1 2P + 2P + 12P/n, ZeRO-2 2P + 14P/n, ZeRO-3 16P/n. In fp32 (or float64)
+// there is no master: AdamW updates the parameters' shard itself (4P + 4P + 8P/n in fp32).
 #pragma once
 #include <torch/types.h>
 
@@ -51,11 +61,19 @@ class ZeroAdamW {
   void zero_grad();
   // After backward on this rank's share of the batch (gradients not yet averaged).
   void step();
-  // AdamW on this rank's shard only, given the shard's averaged gradient (S elements):
-  // step()'s update, public so that tests can check it leaves the other shards alone.
+  // AdamW on this rank's shard only, given the shard's averaged gradient (S elements, in the
+  // parameters' type): step()'s update, public so that tests can check it leaves the other
+  // shards alone. Mixed precision: the update is the fp32 master's, then the master rounded
+  // into the parameters' shard.
   void update_shard(const torch::Tensor& grad);
 
-  // Bytes of optimizer state this rank holds, measured from the moment tensors.
+  // Mixed precision (bfloat16 or float16 parameters): true, and master() is this rank's fp32
+  // copy of its shard, S elements, the values AdamW updates. Otherwise false and undefined.
+  bool mixed_precision() const { return master_.defined(); }
+  const torch::Tensor& master() const { return master_; }
+
+  // Bytes of optimizer state this rank holds, measured from its tensors: the moments, and the
+  // fp32 master in mixed precision (the paper's K = 12 bytes per parameter of the shard).
   int64_t state_bytes() const;
   // Bytes of gradients this rank keeps between steps, measured from the tensors (stage 1:
   // every parameter's .grad(), P elements; stage 2: the reduced shard, S elements).
@@ -63,7 +81,7 @@ class ZeroAdamW {
   const ring::Range& shard() const { return shard_; }
   int64_t steps_taken() const { return step_; }
 
-  // This rank's shard of the state (moments, step count, shard layout) to a file, and back.
+  // This rank's shard of the state (moments, master, step count, shard layout) to a file, and back.
   // load: kit::Error naming the file when it was saved by another world size or for other
   // parameters (resharding is not supported: say so).
   void save(const std::string& path) const;
@@ -82,7 +100,8 @@ class ZeroAdamW {
   torch::Tensor param_flat_;    // n*S: the parameters, then zeros (padding)
   torch::Tensor grad_flat_;     // n*S, only while a step runs
   torch::Tensor grad_shard_;    // stage 2: the reduced gradients of this shard, kept
-  torch::Tensor exp_avg_, exp_avg_sq_;  // S each
+  torch::Tensor exp_avg_, exp_avg_sq_;  // S each (fp32 in mixed precision)
+  torch::Tensor master_;        // S, fp32: mixed precision only (undefined otherwise)
   int64_t step_ = 0;            // AdamW's t (bias correction): update_shard advances it; saved
 };
 

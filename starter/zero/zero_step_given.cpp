@@ -6,6 +6,7 @@
 #include <iterator>
 
 #include "kit/errors.h"
+#include "kit/precision.h"
 #include "zero/zero.h"
 
 namespace kit::zero {
@@ -39,8 +40,12 @@ void ZeroAdamW::lay_out_flat(int64_t padded) {
     p.set_data(view.view(p.sizes()));
     at += p.numel();
   }
-  exp_avg_ = torch::zeros({S}, param_flat_.options());
-  exp_avg_sq_ = torch::zeros({S}, param_flat_.options());
+  // Mixed precision: the state in fp32, and an fp32 master of this rank's shard to update.
+  const bool low = is_low_precision(param_flat_.scalar_type());
+  const auto state = low ? param_flat_.options().dtype(torch::kFloat32) : param_flat_.options();
+  if (low) master_ = param_flat_.narrow(0, shard_.begin, S).to(torch::kFloat32);  // a copy of its own
+  exp_avg_ = torch::zeros({S}, state);
+  exp_avg_sq_ = torch::zeros({S}, state);
 }
 
 std::unique_ptr<ZeroAdamW> ZeroAdamW::over_shards(std::vector<torch::Tensor> shards, dist::Group group,
@@ -70,15 +75,15 @@ void ZeroAdamW::pack_gradients() {
   if (opt_.stage >= 2) zero_grad();
 }
 
-int64_t ZeroAdamW::state_bytes() const {
-  return exp_avg_.numel() * static_cast<int64_t>(exp_avg_.element_size()) +
-         exp_avg_sq_.numel() * static_cast<int64_t>(exp_avg_sq_.element_size());
+namespace {
+int64_t bytes(const torch::Tensor& t) {
+  return t.defined() ? t.numel() * static_cast<int64_t>(t.element_size()) : int64_t{0};
 }
+}  // namespace
+
+int64_t ZeroAdamW::state_bytes() const { return bytes(exp_avg_) + bytes(exp_avg_sq_) + bytes(master_); }
 
 int64_t ZeroAdamW::gradient_bytes() const {
-  auto bytes = [](const torch::Tensor& t) {
-    return t.defined() ? t.numel() * static_cast<int64_t>(t.element_size()) : int64_t{0};
-  };
   int64_t held = bytes(grad_flat_) + bytes(grad_shard_);
   for (const auto& p : params_) held += bytes(p.grad());
   return held;
@@ -88,6 +93,7 @@ void ZeroAdamW::save(const std::string& path) const {
   c10::Dict<std::string, torch::Tensor> d;
   d.insert("exp_avg", exp_avg_.cpu());
   d.insert("exp_avg_sq", exp_avg_sq_.cpu());
+  if (master_.defined()) d.insert("master", master_.cpu());
   d.insert("step", torch::tensor(step_));
   d.insert("layout", torch::tensor({numel_, static_cast<int64_t>(group_.size()), static_cast<int64_t>(group_.rank()), shard_.begin,
                                     shard_.end}));
@@ -115,7 +121,15 @@ void ZeroAdamW::load(const std::string& path) {
   if (layout[2].item<int64_t>() != group_.rank())
     throw Error(path + " is rank " + std::to_string(layout[2].item<int64_t>()) + "'s shard; this is rank " +
                 std::to_string(group_.rank()) + ": give each rank its own file");
+  if (master_.defined() != d.contains("master"))
+    throw Error(path + (master_.defined() ? " holds no fp32 master weights, but this optimizer's parameters are " +
+                                                std::string(c10::toString(param_flat_.scalar_type())) +
+                                                " (mixed precision): it was saved by an fp32 run"
+                                          : " holds fp32 master weights (a mixed-precision run), but this optimizer's "
+                                            "parameters are " + std::string(c10::toString(param_flat_.scalar_type())) +
+                                            ": load it into a model of the precision it was saved from"));
   torch::NoGradGuard no_grad;
+  if (master_.defined()) master_.copy_(d.at("master").toTensor());
   exp_avg_.copy_(d.at("exp_avg").toTensor());
   exp_avg_sq_.copy_(d.at("exp_avg_sq").toTensor());
   step_ = d.at("step").toTensor().item<int64_t>();
