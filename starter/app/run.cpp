@@ -118,20 +118,6 @@ nlohmann::json run_metrics(const std::string& program, const SyntheticOptions& o
           {"tokens_per_sec", timer.tokens_per_sec(tokens_per_step)}};
 }
 
-int64_t adamw_state_bytes(torch::optim::AdamW& optimizer) {
-  int64_t n = 0;
-  auto add = [&](const torch::Tensor& t) {
-    if (t.defined()) n += t.numel() * static_cast<int64_t>(t.element_size());
-  };
-  for (const auto& kv : optimizer.state()) {
-    const auto* s = dynamic_cast<const torch::optim::AdamWParamState*>(kv.second.get());
-    if (!s) continue;
-    add(s->exp_avg());
-    add(s->exp_avg_sq());
-    add(s->max_exp_avg_sq());
-  }
-  return n;
-}
 
 void check_trace_paths(const std::string& pattern, int world_size) {
   for (int r = 0; r < world_size; ++r) trace::check_trace_path(rank_path(pattern, r, world_size), "--trace");

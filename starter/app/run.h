@@ -114,10 +114,6 @@ double median(std::vector<double> v);
 nlohmann::json run_metrics(const std::string& program, const SyntheticOptions& o, const WorldInfo& world,
                            const StepTimer& timer, int64_t tokens_per_step);
 
-// The bytes of the AdamW state tensors `optimizer` holds (exp_avg, exp_avg_sq, and
-// max_exp_avg_sq with amsgrad): after the first step, its optimizer state.
-int64_t adamw_state_bytes(torch::optim::AdamW& optimizer);
-
 // --trace before any process starts: kit::Error when the directory of a rank's file
 // (rank_path(pattern, r, world_size)) does not exist.
 void check_trace_paths(const std::string& pattern, int world_size);

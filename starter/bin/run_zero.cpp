@@ -18,16 +18,13 @@
 
 #include "app/cli.h"
 #include "app/run.h"
-#include "data_parallel/flat_average.h"
 #include "dist/dist.h"
 #include "kit/memory.h"
 #include "kit/precision.h"
 #include "kit/threads.h"
 #include "model/gpt2.h"
-#include "train/adamw.h"
 #include "train/loss.h"
-#include "zero/fsdp.h"
-#include "zero/zero.h"
+#include "zero/data_parallel_optimizer.h"
 
 namespace {
 
@@ -38,22 +35,14 @@ struct ZeroRunOptions : kit::SyntheticOptions {
   std::string optimizer = "zero1";
 };
 
-int stage_of(const std::string& optimizer) {
-  return optimizer == "zero1" ? 1 : optimizer == "zero2" ? 2 : optimizer == "zero3" ? 3 : 0;
-}
-
 // Every check that needs no process: the same in the launcher and in each worker (srun).
 void check_options(const ZeroRunOptions& o, int world_size) {
-  if (o.optimizer != "adamw" && stage_of(o.optimizer) == 0)
+  if (kit::zero::zero_stage_of(o.optimizer) < 0)
     throw kit::Error("--optimizer " + o.optimizer + " is not one of adamw, zero1, zero2, zero3");
   if (world_size < 1) throw kit::Error("--world-size must be at least 1 (got " + std::to_string(world_size) + ")");
   kit::check_synthetic_options(o);
   if (o.weight_decay < 0) throw kit::Error("--weight-decay must not be negative");
   kit::check_model_fits(kit::synthetic_config(o), o.run.data.seq_len, o.vocab);
-}
-
-int64_t bytes_of(const torch::Tensor& t) {
-  return t.defined() ? t.numel() * static_cast<int64_t>(t.element_size()) : int64_t{0};
 }
 
 int worker_main(const ZeroRunOptions& o, const kit::WorldInfo& me);
@@ -122,7 +111,7 @@ int worker_main(const ZeroRunOptions& o, const kit::WorldInfo& me) {
   const bool count_memory = not_counted.empty();
 
   const auto batches = kit::synthetic_batches(o.steps, B, T, o.vocab, o.run.train.seed, rank);  // this rank's rows
-  const int stage = stage_of(o.optimizer);
+  const int stage = kit::zero::zero_stage_of(o.optimizer);
   // bf16 with ZeRO: the paper's mixed precision, bf16 parameters and gradients with the fp32
   // master and moments in the sharded optimizer (zero/zero.h). Plain AdamW keeps fp32 weights
   // and computes the forward's products in bf16 through autocast (kit/precision.h).
@@ -131,33 +120,14 @@ int worker_main(const ZeroRunOptions& o, const kit::WorldInfo& me) {
   model->to(device, master_weights ? torch::kBFloat16 : torch::kFloat32);
   model->train();
   torch::manual_seed(o.run.train.seed + 1 + static_cast<uint64_t>(rank));  // dropout: this rank's own
-  const std::vector<torch::Tensor> params = model->parameters();  // the tied weight once
-  int64_t P = 0, parameter_bytes = 0;
-  for (const auto& p : params) {
-    P += p.numel();
-    parameter_bytes += bytes_of(p);
-  }
-
-  std::unique_ptr<torch::optim::AdamW> adamw;
-  std::unique_ptr<kit::zero::ZeroAdamW> zero;
-  std::unique_ptr<kit::zero::Fsdp> fsdp;
+  int64_t P = 0;
+  for (const auto& p : model->parameters()) P += p.numel();  // the tied weight once
   kit::zero::ZeroOptions zo;
-  zo.stage = stage;
   zo.lr = o.run.train.lr;
   zo.weight_decay = o.weight_decay;
-  if (stage == 0) {
-    adamw = std::make_unique<kit::AdamW>(
-        params, torch::optim::AdamWOptions(o.run.train.lr).weight_decay(o.weight_decay));
-  } else if (stage < 3) {
-    zero = std::make_unique<kit::zero::ZeroAdamW>(params, world, zo);
-  } else {
-    fsdp = std::make_unique<kit::zero::Fsdp>(model, world, zo);  // the model's own copies go
-    parameter_bytes = fsdp->shard_bytes();
-  }
-  // The gradients this rank holds after a backward: every parameter's, or (zero3) its shards'.
-  std::vector<torch::Tensor> grad_holders = params;
-  if (fsdp)
-    for (const auto& u : fsdp->units()) grad_holders.push_back(u.shard);
+  // zero3: the model's own copies of the parameters go, the units' shards stay
+  const auto optimizer = kit::zero::make_data_parallel_optimizer(o.optimizer, model->parameters(), model, world, zo);
+  const int64_t parameter_bytes = optimizer->parameter_bytes();
   if (rank == 0)
     std::cout << "rank 0 of " << W << " (" << me.launcher_name() << ", " << o.backend << "): data parallel with "
               << o.optimizer << ", " << cfg.n_layer << " blocks, " << P << " parameters, " << B << " rows per rank"
@@ -171,9 +141,7 @@ int worker_main(const ZeroRunOptions& o, const kit::WorldInfo& me) {
     if (k == timer.warmup()) world.reset_counters();
     timer.start(k);
     kit::memory::reset_peak(device);
-    if (adamw) adamw->zero_grad();
-    else if (zero) zero->zero_grad();
-    else fsdp->zero_grad();
+    optimizer->zero_grad();
     const kit::TokenBatch& b = batches[static_cast<size_t>(k)];
     const torch::Tensor idx = b.idx.to(device), labels = b.labels.to(device), mask = b.mask.to(device);
     torch::Tensor loss;
@@ -183,7 +151,7 @@ int worker_main(const ZeroRunOptions& o, const kit::WorldInfo& me) {
         torch::Tensor logits;  // gone before the count below, as a temporary would be
         {
           const kit::Autocast autocast(precision, device.type());  // bf16: the forward only
-          logits = fsdp ? fsdp->forward(idx) : model->forward(idx);
+          logits = optimizer->forward(idx);
         }
         loss = kit::masked_cross_entropy(logits, labels, mask);  // the loss in fp32 (train/loss.h)
       }
@@ -191,29 +159,13 @@ int worker_main(const ZeroRunOptions& o, const kit::WorldInfo& me) {
       rss_rise = std::max(rss_rise, kit::memory::rss_bytes() - rss0);
     }
     loss.backward();
-    int64_t after_backward = 0;  // every variant: all of this rank's gradients, before the step
-    for (const auto& p : grad_holders) after_backward += bytes_of(p.grad());
-    gradient_peak_bytes = std::max(gradient_peak_bytes, after_backward);
-    if (adamw) {
-      kit::average_gradients_flat(params, world);
-      adamw->step();
-    } else if (zero) {
-      zero->step();
-    } else {
-      fsdp->step();
-    }
+    // every variant: all of this rank's gradients, before the step
+    gradient_peak_bytes = std::max(gradient_peak_bytes, optimizer->gradient_bytes_held());
+    optimizer->step();
     // What this rank keeps between steps (measured once every step's tensors exist).
     if (k == 0) {
-      if (adamw) {
-        optimizer_bytes = kit::adamw_state_bytes(*adamw);
-        for (const auto& p : params) gradient_bytes += bytes_of(p.grad());
-      } else if (zero) {
-        optimizer_bytes = zero->state_bytes();
-        gradient_bytes = zero->gradient_bytes();
-      } else {
-        optimizer_bytes = fsdp->state_bytes();
-        gradient_bytes = after_backward;  // the shards' gradients, kept until the next zero_grad
-      }
+      optimizer_bytes = optimizer->state_bytes();
+      gradient_bytes = optimizer->gradient_bytes();
     }
     peak_tensor_bytes = std::max(peak_tensor_bytes, kit::memory::bytes_peak(device));
     losses.push_back(loss.item<double>());

@@ -7,15 +7,13 @@
 #include <chrono>
 #include <limits>
 
-#include "data_parallel/flat_average.h"
 #include "kit/errors.h"
 #include "model/checkpoint.h"
 #include "pipeline/model_parallel.h"
 #include "pipeline_training/forward_backward.h"
 #include "pipeline_training/p2p.h"
 #include "pipeline_training/schedules.h"
-#include "train/adamw.h"
-#include "zero/zero.h"
+#include "zero/data_parallel_optimizer.h"
 
 namespace kit::grid {
 
@@ -23,8 +21,7 @@ struct Trainer3D::Impl {
   pp::PipelineRank pipeline;  // this rank's chunks as Problem 3's stages, for forward_backward
   std::unique_ptr<pp::P2P> p2p;
   std::unique_ptr<pp::Executor> executor;
-  std::unique_ptr<torch::optim::AdamW> adamw;
-  std::unique_ptr<zero::ZeroAdamW> zero;
+  std::unique_ptr<zero::DataParallelOptimizer> optimizer;  // over the data group
 };
 
 namespace {
@@ -73,16 +70,11 @@ Trainer3D::Trainer3D(const GPT2& full, const ProcessGrid& grid, Options3D option
   impl_->executor = std::make_unique<pp::Executor>(as_stages, shape_, grid.coords.pp, *impl_->p2p);
   impl_->executor->set_precision(options.precision);
   impl_->pipeline = {as_stages, shape_, grid.coords.pp, &grid_.embedding};
-  if (options.zero) {
-    zero::ZeroOptions z;
-    z.stage = 1;
-    z.lr = options.lr;
-    z.weight_decay = options.weight_decay;
-    impl_->zero = std::make_unique<zero::ZeroAdamW>(parameters(), grid.data, z);
-  } else {
-    impl_->adamw = std::make_unique<AdamW>(
-        parameters(), torch::optim::AdamWOptions(options.lr).weight_decay(options.weight_decay));
-  }
+  zero::ZeroOptions z;
+  z.lr = options.lr;
+  z.weight_decay = options.weight_decay;
+  impl_->optimizer =
+      zero::make_data_parallel_optimizer(options.zero ? "zero1" : "adamw", parameters(), nullptr, grid.data, z);
 }
 
 Trainer3D::~Trainer3D() = default;
@@ -112,12 +104,7 @@ StepReport Trainer3D::step(const torch::Tensor& idx, const torch::Tensor& labels
       impl_->pipeline, [&](const std::vector<pp::MicroBatch>& micro) { return impl_->executor->run(schedule_, micro); },
       idx.narrow(0, first, local).to(device), labels.narrow(0, first, local).to(device),
       mask.narrow(0, first, local).to(device), options_.microbatches);
-  if (impl_->zero) {
-    impl_->zero->step();  // averages over the data group itself
-  } else {
-    average_gradients_flat(parameters(), grid_.data);
-    impl_->adamw->step();
-  }
+  impl_->optimizer->step();  // averages over the data group
   // The global loss: the last stage's tensor rank 0 of each replica adds its share.
   const bool reports = grid_.is_last_stage() && grid_.coords.tp == 0;
   torch::Tensor loss = torch::full({1}, reports ? report.batch.loss / static_cast<double>(d) : 0.0,

@@ -8,6 +8,7 @@
 // step minus what was held before it is the memory the step kept alive: for a pipeline
 // stage, the activations of its in-flight micro-batches (bench/README.md, Problem 3).
 #pragma once
+#include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
 
 #include <cstdint>
@@ -33,6 +34,12 @@ std::string why_not_counted(const c10::Device& device);  // "" when bytes on `de
 int64_t bytes_now(const c10::Device& device);      // 0 where why_not_counted is not ""
 int64_t bytes_peak(const c10::Device& device);     // the most held at once since reset_peak(device)
 void reset_peak(const c10::Device& device);        // peak := now
+
+// The bytes of a tensor's elements (numel x element size; 0 for an undefined tensor): what
+// the kit's byte counts add up from the tensors themselves.
+inline int64_t bytes_of(const at::Tensor& t) {
+  return t.defined() ? t.numel() * static_cast<int64_t>(t.element_size()) : int64_t{0};
+}
 
 // The whole process, from the operating system (LibTorch's code, caches, stacks too):
 int64_t rss_bytes();       // the resident set now (/proc/self/statm)

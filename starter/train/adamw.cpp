@@ -10,6 +10,7 @@
 
 #include "kit/compat.h"
 #include "kit/errors.h"
+#include "kit/memory.h"
 
 namespace kit {
 
@@ -109,6 +110,15 @@ torch::Tensor AdamW::step(LossClosure closure) {
     for (auto& [key, b] : buckets) update(b, std::get<0>(key), o, kernel_);
   }
   return loss;
+}
+
+int64_t adamw_state_bytes(torch::optim::AdamW& optimizer) {
+  int64_t n = 0;
+  for (const auto& kv : optimizer.state()) {
+    const auto* s = dynamic_cast<const torch::optim::AdamWParamState*>(kv.second.get());
+    if (s) n += memory::bytes_of(s->exp_avg()) + memory::bytes_of(s->exp_avg_sq()) + memory::bytes_of(s->max_exp_avg_sq());
+  }
+  return n;
 }
 
 }  // namespace kit

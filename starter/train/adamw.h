@@ -10,6 +10,7 @@
 #pragma once
 #include <torch/optim/adamw.h>
 
+#include <cstdint>
 #include <optional>
 #include <vector>
 
@@ -34,5 +35,9 @@ class AdamW : public torch::optim::AdamW {
  private:
   AdamWKernel kernel_;
 };
+
+// The bytes of the AdamW state tensors `optimizer` holds (exp_avg, exp_avg_sq, and
+// max_exp_avg_sq with amsgrad): after the first step, its optimizer state.
+int64_t adamw_state_bytes(torch::optim::AdamW& optimizer);
 
 }  // namespace kit

@@ -7,6 +7,7 @@
 
 #include "kit/compat.h"
 #include "kit/errors.h"
+#include "kit/memory.h"
 #include "zero/fsdp.h"
 
 namespace kit::zero {
@@ -45,7 +46,7 @@ struct GatherParams : public torch::autograd::Function<GatherParams> {
   }
 };
 
-int64_t bytes_of(const torch::Tensor& t) { return t.numel() * static_cast<int64_t>(t.element_size()); }
+using memory::bytes_of;
 
 }  // namespace
 

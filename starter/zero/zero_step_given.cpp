@@ -6,6 +6,7 @@
 #include <iterator>
 
 #include "kit/errors.h"
+#include "kit/memory.h"
 #include "kit/precision.h"
 #include "zero/zero.h"
 
@@ -75,17 +76,13 @@ void ZeroAdamW::pack_gradients() {
   if (opt_.stage >= 2) zero_grad();
 }
 
-namespace {
-int64_t bytes(const torch::Tensor& t) {
-  return t.defined() ? t.numel() * static_cast<int64_t>(t.element_size()) : int64_t{0};
+int64_t ZeroAdamW::state_bytes() const {
+  return memory::bytes_of(exp_avg_) + memory::bytes_of(exp_avg_sq_) + memory::bytes_of(master_);
 }
-}  // namespace
-
-int64_t ZeroAdamW::state_bytes() const { return bytes(exp_avg_) + bytes(exp_avg_sq_) + bytes(master_); }
 
 int64_t ZeroAdamW::gradient_bytes() const {
-  int64_t held = bytes(grad_flat_) + bytes(grad_shard_);
-  for (const auto& p : params_) held += bytes(p.grad());
+  int64_t held = memory::bytes_of(grad_flat_) + memory::bytes_of(grad_shard_);
+  for (const auto& p : params_) held += memory::bytes_of(p.grad());
   return held;
 }
 
