@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The kit on one GPU in one go: configure (offline, from the pinned archives), build what the
-# check runs, then the cases that compute on CUDA and the GPU benchmark at one size.
+# check runs, then the cases that compute on CUDA, ZeRO's mixed-precision bytes counted on the
+# GPU and the GPU benchmark at one size.
 #
 #   scripts/gpu_check.sh          # on a GPU node: python3 with PyPI's CUDA torch wheel, nvcc, cmake
 #
@@ -49,6 +50,25 @@ ctest --test-dir "$BUILD" --output-on-failure --timeout 300 \
   -R '^foundation\.(MemoryCounter|Attention|KitAdamW|GPT2Model)\.|^pipeline\.PipeDevices\.' \
   > "$OUT/ctest.log" 2>&1 || failed+=("ctest (log: $OUT/ctest.log)")
 grep -E "tests passed|Failed|Skipped" "$OUT/ctest.log"
+
+step "ZeRO in mixed precision on the GPU"
+# One NCCL rank: bf16 parameters with the fp32 master (ZeRO-1, ZeRO-3), every byte count read
+# from the CUDA caching allocator and the tensors, against the paper's 2 + 2 + 12 bytes.
+for opt in zero1 zero3; do
+  "$BUILD/run_zero" --world-size 1 --backend nccl --optimizer "$opt" --precision bf16 --preset tiny --steps 2 \
+    --warmup 1 --no-progress --out "$OUT/zero_$opt.{rank}.json" > "$OUT/zero_$opt.log" 2>&1 \
+    || { failed+=("run_zero --optimizer $opt --precision bf16 (log: $OUT/zero_$opt.log)"); continue; }
+  python3 - "$OUT/zero_$opt.0.json" <<'PY' || failed+=("ZeRO $opt bytes on the GPU ($OUT/zero_$opt.0.json)")
+import json, sys
+m = json.load(open(sys.argv[1]))
+counted = m["parameter_bytes"] + m["gradient_bytes"] + m["optimizer_state_bytes"]
+formula = m["formula_bytes"]["total"]
+ok = m["master_weights"] and abs(counted - formula) <= 16 * (m["n_layer"] + 1) and m["activation_bytes"] is not None
+print(f"{sys.argv[1]}: counted {counted} B, formula {formula:.0f} B ({m['formula_bytes']['accounting']}), "
+      f"activations {m['activation_bytes']} B ({m['activation_measure'][:40]}...): {'ok' if ok else 'WRONG'}")
+sys.exit(0 if ok else 1)
+PY
+done
 
 step "bench/gpu.py"
 # shellcheck disable=SC2086  # BENCH_ARGS is a list of arguments
