@@ -5,6 +5,7 @@
 //   ./build/run_3d --dp 2 --pp 2 --tp 2                  # 8 Gloo processes, 1F1B, 2 micro-batches
 //   ./build/run_3d --dp 1 --pp 2 --tp 2 --schedule interleaved --virtual 2 --n-layer 4
 //   ./build/run_3d --dp 2 --pp 1 --tp 2 --zero           # ZeRO-1 over each data-parallel group
+//   ./build/run_3d --dp 2 --pp 2 --tp 1 --optimizer zero2  # ZeRO-2: the gradients sharded too
 //   ./build/run_3d --dp 1 --pp 1 --tp 1                  # the one-process reference
 //   srun -n 8 ./build/run_3d --dp 2 --pp 2 --tp 2 --backend nccl   # one rank per task
 //
@@ -28,6 +29,7 @@
 #include "model/gpt2.h"
 #include "pipeline_training/schedules.h"
 #include "pipeline_training/trace_events.h"
+#include "zero/data_parallel_optimizer.h"
 
 namespace {
 
@@ -37,6 +39,7 @@ struct Run3DOptions : kit::SyntheticOptions {
   int64_t microbatches = 2;
   int64_t virtual_chunks = 1;
   std::string schedule = "1f1b";
+  std::string optimizer = "adamw";  // --zero: zero1
   bool zero = false;
   bool recompute = false;  // Problem 6.3
   double weight_decay = 0.0;
@@ -53,6 +56,12 @@ kit::GPT2Config config_of(const Run3DOptions& o) {
 // Every check that needs no process: the same in the launcher and in each worker (srun).
 void check_options(const Run3DOptions& o, int world_size) {
   kit::grid::check_shape(o.grid, world_size);
+  const int stage = kit::zero::zero_stage_of(o.optimizer);
+  if (stage < 0 || stage > 2)
+    throw kit::Error("--optimizer " + o.optimizer + " is not one of adamw, zero1, zero2 (zero3, FSDP, gathers whole "
+                     "GPT-2 units, which the grid's stages split: run_zero has it)");
+  if (o.zero && o.optimizer != "zero1")
+    throw kit::Error("--zero is --optimizer zero1, but --optimizer " + o.optimizer + " was given too: give one of them");
   kit::pp::PipelineShape shape{o.grid.pp, o.microbatches, o.virtual_chunks};
   kit::pp::check_shape(kit::pp::parse_schedule_kind(o.schedule), shape);
   kit::check_synthetic_options(o);
@@ -89,7 +98,11 @@ int main(int argc, char** argv) {
   app.add_option("--schedule", o.schedule, "gpipe, 1f1b or interleaved")->capture_default_str();
   app.add_option("--virtual", o.virtual_chunks, "Model chunks v per rank (interleaved only; v*p stages)")
       ->capture_default_str();
-  app.add_flag("--zero", o.zero, "ZeRO-1 over each data-parallel group (optimizer state sharded d ways)");
+  app.add_option("--optimizer", o.optimizer,
+                 "Over each data-parallel group: adamw (the gradients averaged, then AdamW), zero1 (ZeRO-1: the "
+                 "optimizer state sharded d ways) or zero2 (ZeRO-2: the gradients kept between steps too)")
+      ->capture_default_str();
+  app.add_flag("--zero", o.zero, "The same as --optimizer zero1");
   app.add_flag("--recompute", o.recompute,
                "Activation recomputation (Problem 6.3): each stage keeps only its blocks' inputs and runs every "
                "tensor-parallel block's forward again in the backward");
@@ -111,6 +124,7 @@ int main(int argc, char** argv) {
              "peak_rss_bytes, recompute, and the rank's grid coordinates.");
   return kit::guarded_main(argc, argv, app, [&] {
     o.grid = {dp, pp, tp};
+    if (o.zero && app.count("--optimizer") == 0) o.optimizer = "zero1";
     // Under srun or torchrun, check_options names the grid that does not fit the world.
     return kit::run_ranks(0, o.grid.world(), o.port, "ranks of the grid " + o.grid.str(),
                           [&] { check_options(o, o.grid.world()); },  // a bad flag fails before any process
@@ -136,7 +150,7 @@ int worker_main(const Run3DOptions& o, const kit::WorldInfo& world) {
   t.microbatches = o.microbatches;
   t.virtual_chunks = o.virtual_chunks;
   t.schedule = kit::pp::parse_schedule_kind(o.schedule);
-  t.zero = o.zero;
+  t.optimizer = o.optimizer;
   t.lr = o.run.train.lr;
   t.weight_decay = o.weight_decay;
   t.precision = kit::parse_precision(o.precision);
@@ -148,7 +162,7 @@ int worker_main(const Run3DOptions& o, const kit::WorldInfo& world) {
   for (const auto& p : trainer.parameters()) parameter_bytes += p.numel() * static_cast<int64_t>(p.element_size());
   if (rank == 0)
     std::cout << "rank 0 of " << W << " (" << world.launcher_name() << ", " << o.backend << "): grid "
-              << o.grid.str() << ", " << o.schedule << ", m = " << o.microbatches << (o.zero ? ", ZeRO-1" : "")
+              << o.grid.str() << ", " << o.schedule << ", m = " << o.microbatches << ", " << o.optimizer
               << (o.recompute ? ", recomputing activations" : "")
               << ", " << cfg.n_layer << " blocks" << std::endl;
 
@@ -205,7 +219,8 @@ int worker_main(const Run3DOptions& o, const kit::WorldInfo& world) {
     m.update({{"n_layer", cfg.n_layer}, {"n_head", cfg.n_head}, {"n_embd", cfg.n_embd},
               {"vocab_size", cfg.vocab_size}, {"dp", o.grid.dp}, {"pp", o.grid.pp}, {"tp", o.grid.tp},
               {"coords", coords}, {"schedule", o.schedule}, {"microbatches", o.microbatches},
-              {"virtual_chunks", o.virtual_chunks}, {"zero", o.zero}, {"recompute", o.recompute},
+              {"virtual_chunks", o.virtual_chunks}, {"optimizer", o.optimizer}, {"zero", o.optimizer != "adamw"},
+              {"recompute", o.recompute},
               {"global_batch_size", B}, {"losses", losses},
               {"comm_seconds_per_step",
                {{"data", comm.data / per}, {"tensor", comm.tensor / per}, {"pipeline", comm.pipeline / per},

@@ -70,11 +70,13 @@ Trainer3D::Trainer3D(const GPT2& full, const ProcessGrid& grid, Options3D option
   impl_->executor = std::make_unique<pp::Executor>(as_stages, shape_, grid.coords.pp, *impl_->p2p);
   impl_->executor->set_precision(options.precision);
   impl_->pipeline = {as_stages, shape_, grid.coords.pp, &grid_.embedding};
+  if (zero::zero_stage_of(options.optimizer) == 3)
+    throw Error("zero3 (FSDP) gathers whole GPT-2 units, which the grid's stages split t ways: on the 3D grid use "
+                "adamw, zero1 or zero2");
   zero::ZeroOptions z;
   z.lr = options.lr;
   z.weight_decay = options.weight_decay;
-  impl_->optimizer =
-      zero::make_data_parallel_optimizer(options.zero ? "zero1" : "adamw", parameters(), nullptr, grid.data, z);
+  impl_->optimizer = zero::make_data_parallel_optimizer(options.optimizer, parameters(), nullptr, grid.data, z);
 }
 
 Trainer3D::~Trainer3D() = default;

@@ -24,6 +24,7 @@
 #include <torch/types.h>
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "grid/grid.h"
@@ -39,7 +40,8 @@ struct Options3D {
   int64_t microbatches = 1;                            // m, per data-parallel replica
   int64_t virtual_chunks = 1;                          // v (interleaved only)
   pp::ScheduleKind schedule = pp::ScheduleKind::OneFOneB;
-  bool zero = false;                                   // ZeRO-1 over the data group
+  std::string optimizer = "adamw";                     // adamw, zero1 or zero2 over the data group
+                                                       // (zero/data_parallel_optimizer.h)
   double lr = 1e-4, weight_decay = 0.0;                // AdamW (torch's betas and eps)
   Precision precision = Precision::FP32;               // bf16: the forwards under autocast
 };

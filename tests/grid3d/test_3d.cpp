@@ -67,7 +67,8 @@ RANK_ROLE(grid_training) {
   o.virtual_chunks = env_int("KIT_TEST_V", 1);
   o.schedule = kit::pp::parse_schedule_kind(std::getenv("KIT_TEST_SCHEDULE") ? std::getenv("KIT_TEST_SCHEDULE")
                                                                              : "1f1b");
-  o.zero = env_int("KIT_TEST_ZERO", 0) != 0;
+  const int zero_stage = env_int("KIT_TEST_ZERO", 0);
+  o.optimizer = zero_stage == 0 ? "adamw" : "zero" + std::to_string(zero_stage);
   o.lr = kLr;
   o.weight_decay = kWeightDecay;
   const grid::ProcessGrid g = grid::make_process_grid(shape);
@@ -117,7 +118,7 @@ void run_grid(const Case& c) {
   const int n = c.dp * c.pp * c.tp;
   std::ostringstream what;
   what << "d=" << c.dp << " p=" << c.pp << " t=" << c.tp << " " << c.schedule << " m=" << c.m
-       << (c.v > 1 ? " v=" + std::to_string(c.v) : "") << (c.zero ? " ZeRO-1" : "");
+       << (c.v > 1 ? " v=" + std::to_string(c.v) : "") << (c.zero ? " ZeRO-" + std::to_string(c.zero) : "");
   const auto run = kit_test::run_ranks(n, "grid_training", 100,
                                         {{"KIT_TEST_DP", std::to_string(c.dp)},
                                          {"KIT_TEST_PP", std::to_string(c.pp)},
@@ -133,11 +134,11 @@ void run_grid(const Case& c) {
 }  // namespace
 
 // The six grids of the issue, each with another schedule or optimizer, so that together
-// they cover GPipe, 1F1B, interleaving, ZeRO-1 over the data group and the tied embedding
-// on one rank, across two ranks, and across two ranks with tensor parallelism.
+// they cover GPipe, 1F1B, interleaving, ZeRO-1 and ZeRO-2 over the data group and the tied
+// embedding on one rank, across two ranks, and across two ranks with tensor parallelism.
 TEST(Grid3D, D2P2T2OneFOneB) { run_grid({2, 2, 2}); }
 TEST(Grid3D, D1P2T2InterleavedTwoChunks) { run_grid({1, 2, 2, "interleaved", 2, 2}); }
 TEST(Grid3D, D2P1T2ZeroOne) { run_grid({2, 1, 2, "1f1b", 2, 1, 1}); }
-TEST(Grid3D, D2P2T1GPipeZeroOne) { run_grid({2, 2, 1, "gpipe", 2, 1, 1}); }
+TEST(Grid3D, D2P2T1GPipeZeroTwo) { run_grid({2, 2, 1, "gpipe", 2, 1, 2}); }
 TEST(Grid3D, D1P4T2OneFOneBFourMicroBatches) { run_grid({1, 4, 2, "1f1b", 4}); }
 TEST(Grid3D, D4P1T1DataParallelOnly) { run_grid({4, 1, 1}); }
