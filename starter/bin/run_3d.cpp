@@ -220,6 +220,7 @@ int worker_main(const Run3DOptions& o, const kit::WorldInfo& world) {
               {"vocab_size", cfg.vocab_size}, {"dp", o.grid.dp}, {"pp", o.grid.pp}, {"tp", o.grid.tp},
               {"coords", coords}, {"schedule", o.schedule}, {"microbatches", o.microbatches},
               {"virtual_chunks", o.virtual_chunks}, {"optimizer", o.optimizer}, {"zero", o.optimizer != "adamw"},
+              {"master_weights", kit::zero::master_weights(kit::parse_precision(o.precision), o.optimizer)},
               {"recompute", o.recompute},
               {"global_batch_size", B}, {"losses", losses},
               {"comm_seconds_per_step",

@@ -115,7 +115,7 @@ int worker_main(const ZeroRunOptions& o, const kit::WorldInfo& me) {
   // bf16 with ZeRO: the paper's mixed precision, bf16 parameters and gradients with the fp32
   // master and moments in the sharded optimizer (zero/zero.h). Plain AdamW keeps fp32 weights
   // and computes the forward's products in bf16 through autocast (kit/precision.h).
-  const bool master_weights = precision == kit::Precision::BF16 && stage > 0;
+  const bool master_weights = kit::zero::master_weights(precision, o.optimizer);
   kit::GPT2 model = kit::build_model(cfg, o.vocab, T, o.run.train.seed);
   model->to(device, master_weights ? torch::kBFloat16 : torch::kFloat32);
   model->train();

@@ -50,6 +50,13 @@ int64_t stage_of_parameter(const std::string& name, const GPT2Config& cfg, int64
 Trainer3D::Trainer3D(const GPT2& full, const ProcessGrid& grid, Options3D options)
     : grid_(grid), options_(options), impl_(std::make_unique<Impl>()) {
   const GPT2Config& cfg = full->config();
+  if (zero::zero_stage_of(options.optimizer) == 3)
+    throw Error("zero3 (FSDP) gathers whole GPT-2 units, which the grid's stages split t ways: on the 3D grid use "
+                "adamw, zero1 or zero2");
+  // bf16 with a ZeRO stage: the paper's mixed precision, the stages' parameters (so their
+  // activations, messages and gradients) in bf16 and the fp32 master in the optimizer.
+  const torch::ScalarType type =
+      zero::master_weights(options.precision, options.optimizer) ? torch::kBFloat16 : full->wte->weight.scalar_type();
   shape_.ranks = grid.shape.pp;
   shape_.microbatches = options.microbatches;
   shape_.chunks = options.virtual_chunks;
@@ -58,21 +65,18 @@ Trainer3D::Trainer3D(const GPT2& full, const ProcessGrid& grid, Options3D option
   schedule_ = pp::make_schedule(options.schedule, shape_)[static_cast<size_t>(grid.coords.pp)];
   for (int64_t c = 0; c < shape_.chunks; ++c) {
     TensorParallelStage stage(cfg, pp::virtual_stage(shape_, grid.coords.pp, c), shape_.stages(), grid.tensor);
-    stage->to(dist::device(), full->wte->weight.scalar_type());  // before loading: float64 stays exact
+    stage->to(dist::device(), type);  // before loading: float64 stays exact
     stage->load_full(*full);
     chunks_.push_back(stage);
   }
   std::vector<pp::StageModule> as_stages;
   for (const auto& c : chunks_) as_stages.emplace_back(std::static_pointer_cast<pp::StageModuleImpl>(c.ptr()));
-  const auto options_of_messages = torch::TensorOptions().dtype(full->wte->weight.dtype()).device(dist::device());
+  const auto options_of_messages = torch::TensorOptions().dtype(type).device(dist::device());
   impl_->p2p = std::make_unique<pp::P2P>(shape_, grid.coords.pp, options_of_messages,
                                          group_ranks(GroupKind::Pipeline, dist::get_rank(), grid.shape));
   impl_->executor = std::make_unique<pp::Executor>(as_stages, shape_, grid.coords.pp, *impl_->p2p);
   impl_->executor->set_precision(options.precision);
   impl_->pipeline = {as_stages, shape_, grid.coords.pp, &grid_.embedding};
-  if (zero::zero_stage_of(options.optimizer) == 3)
-    throw Error("zero3 (FSDP) gathers whole GPT-2 units, which the grid's stages split t ways: on the 3D grid use "
-                "adamw, zero1 or zero2");
   zero::ZeroOptions z;
   z.lr = options.lr;
   z.weight_decay = options.weight_decay;

@@ -43,7 +43,8 @@ struct Options3D {
   std::string optimizer = "adamw";                     // adamw, zero1 or zero2 over the data group
                                                        // (zero/data_parallel_optimizer.h)
   double lr = 1e-4, weight_decay = 0.0;                // AdamW (torch's betas and eps)
-  Precision precision = Precision::FP32;               // bf16: the forwards under autocast
+  Precision precision = Precision::FP32;               // bf16: the forwards under autocast; with
+                                                       // zero1/2 bf16 parameters, an fp32 master
 };
 
 // Seconds this rank spent in each kind of communication during one step (dist's counters:

@@ -97,6 +97,10 @@ int zero_stage_of(const std::string& name) {
   return -1;
 }
 
+bool master_weights(Precision precision, const std::string& name) {
+  return precision == Precision::BF16 && zero_stage_of(name) > 0;
+}
+
 std::unique_ptr<DataParallelOptimizer> make_data_parallel_optimizer(const std::string& name,
                                                                     std::vector<torch::Tensor> params, GPT2 model,
                                                                     const dist::Group& group, ZeroOptions options) {

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "dist/dist.h"
+#include "kit/precision.h"
 #include "model/gpt2.h"
 #include "zero/zero.h"
 
@@ -58,5 +59,11 @@ std::unique_ptr<DataParallelOptimizer> make_data_parallel_optimizer(const std::s
                                                                     const dist::Group& group, ZeroOptions options);
 // The ZeRO stage of a name: 0 (adamw), 1, 2, 3; -1 for a name that is none of them.
 int zero_stage_of(const std::string& name);
+
+// Whether a run at `precision` with optimizer `name` trains in the ZeRO paper's mixed precision:
+// bf16 with a ZeRO stage, whose model's parameters (so its gradients) are then bf16 and whose
+// optimizer keeps the fp32 master (zero.h). Plain AdamW in bf16 keeps fp32 weights, the forward
+// under autocast (kit/precision.h).
+bool master_weights(Precision precision, const std::string& name);
 
 }  // namespace kit::zero

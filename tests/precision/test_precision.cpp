@@ -78,12 +78,14 @@ std::vector<std::vector<double>> losses_of(const std::vector<nlohmann::json>& ra
   return out;
 }
 
-// Compares the losses; the bf16 run's metrics into *bf16_metrics (when given).
+// Compares the losses; each run's metrics into *bf16_metrics and *fp32_metrics (when given).
 void expect_bf16_close_to_fp32(const Program& p, double tolerance = kLossTolerance,
-                               std::vector<nlohmann::json>* bf16_metrics = nullptr) {
-  const auto bf16_ranks = run(p, "bf16");
+                               std::vector<nlohmann::json>* bf16_metrics = nullptr,
+                               std::vector<nlohmann::json>* fp32_metrics = nullptr) {
+  const auto bf16_ranks = run(p, "bf16"), fp32_ranks = run(p, "fp32");
   if (bf16_metrics) *bf16_metrics = bf16_ranks;
-  const auto fp32 = losses_of(run(p, "fp32")), bf16 = losses_of(bf16_ranks);
+  if (fp32_metrics) *fp32_metrics = fp32_ranks;
+  const auto fp32 = losses_of(fp32_ranks), bf16 = losses_of(bf16_ranks);
   if (::testing::Test::HasFailure()) return;
   ASSERT_FALSE(fp32.empty()) << p.name << ": no rank reported losses";
   ASSERT_EQ(fp32.size(), bf16.size()) << p.name << ": the two precisions' runs report losses on different ranks";
@@ -159,6 +161,21 @@ TEST(Precision, TensorParallel) { expect_bf16_close_to_fp32({"run_tensor_paralle
 // the backward (which must run them again in bf16, as their forward ran).
 TEST(Precision, Grid3DWithRecompute) {
   expect_bf16_close_to_fp32({"run_3d", {"--dp", "1", "--pp", "2", "--tp", "2", "--recompute"}, 4});
+}
+// ZeRO-2 over the data groups of a pipeline (d = 2, p = 2): bf16 parameters with the fp32
+// master, as run_zero's ZeRO stages (the messages between the stages bf16 too): every rank's
+// parameter bytes half of fp32's.
+TEST(Precision, Grid3DZeroTwoMasterWeights) {
+  std::vector<nlohmann::json> bf16, fp32;
+  expect_bf16_close_to_fp32({"run_3d", {"--dp", "2", "--pp", "2", "--tp", "1", "--optimizer", "zero2"}, 4},
+                            kLossTolerance, &bf16, &fp32);
+  if (HasFailure()) return;
+  for (size_t r = 0; r < bf16.size(); ++r) {
+    EXPECT_EQ(bf16[r].value("master_weights", false), true) << "run_3d --optimizer zero2 --precision bf16, rank " << r;
+    EXPECT_EQ(fp32[r].value("master_weights", true), false) << "run_3d --optimizer zero2 --precision fp32, rank " << r;
+    EXPECT_EQ(2 * bf16[r].value("parameter_bytes", int64_t{-1}), fp32[r].value("parameter_bytes", int64_t{-2}))
+        << "rank " << r << ": bf16 parameters take half the bytes of fp32's";
+  }
 }
 TEST(Precision, TeraPipe) {
   expect_bf16_close_to_fp32({"run_terapipe", {"--stages", "2", "--slices", "uniform:2", "--chunks", "2"}});
