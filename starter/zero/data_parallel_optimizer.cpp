@@ -73,7 +73,9 @@ DataParallelOptimizer::DataParallelOptimizer(std::vector<torch::Tensor> params, 
     : params_(std::move(params)), gradient_holders_(params_), model_(std::move(model)) {}
 
 torch::Tensor DataParallelOptimizer::forward(const torch::Tensor& idx) {
-  if (!model_) throw Error("this data-parallel optimizer was made without a model: pass the GPT2 to forward");
+  if (!model_)
+    throw Error("this data-parallel optimizer was made without a model: give make_data_parallel_optimizer the GPT2 "
+                "whose forward to run");
   return model_->forward(idx);
 }
 
