@@ -9,7 +9,7 @@
 #   scripts/test.sh [build-dir]                      (default build dir: build)
 #   KIT_CMAKE_ARGS="-D..." adds configure options (CI points KIT_PREBUILT at its main build);
 #   KIT_CTEST_ARGS="..." adds ctest options to the given tests (CI, whose main build already ran
-#   them on the same objects, runs every third: -I 0,0,3).
+#   them on the same objects, runs every fourth: -I ,,4).
 #
 # In the instructor's kit: install what is missing, build the reference solution, run every
 # test and the grader's self-tests of the CI tier: for every assignment the solution (every
