@@ -422,25 +422,24 @@ RANK_SUBJECT(zero_update_shard) {
 }
 
 // Save after 2 steps, load into a new model + optimizer, 3 more steps: identical to 5 steps
-// straight. Then the files loaded by a group of 2 ranks: a clear error.
-RANK_SUBJECT(zero_save_load) {
-  const std::string dir = std::getenv("KIT_TEST_DIR");
-  const int64_t r = group.rank();
-  const std::string file = dir + "/zero_rank" + std::to_string(r) + ".pt";
+// straight, in float64 and in mixed precision (a bfloat16 model: the file carries the fp32
+// master, which the bfloat16 parameters cannot give back). Then the files loaded by a group of
+// 2 ranks, and the float64 file into a mixed-precision optimizer: clear errors.
+void save_load_run(const dist::Group& group, torch::ScalarType type, const std::string& file, judge::Record& out,
+                   const std::string& p) {
   const zero::ZeroOptions o = options(2);
-
-  kit::GPT2 a = tiny_model();
+  kit::GPT2 a = tiny_model(type);
   zero::ZeroAdamW opt_a(a->parameters(), group, o);
   std::vector<torch::Tensor> at2;
   for (int64_t k = 0; k < kSteps; ++k) {
     if (k == 2) {
       opt_a.save(file);
-      for (const auto& p : a->parameters()) at2.push_back(p.detach().clone());
+      for (const auto& q : a->parameters()) at2.push_back(q.detach().clone());
     }
     zero_step(a, opt_a, k, group);
   }
 
-  kit::GPT2 b = tiny_model();
+  kit::GPT2 b = tiny_model(type);
   {
     torch::NoGradGuard no_grad;
     auto ps = b->parameters();
@@ -448,17 +447,32 @@ RANK_SUBJECT(zero_save_load) {
   }
   zero::ZeroAdamW opt_b(b->parameters(), group, o);
   opt_b.load(file);
-  out.put("steps_after_load", opt_b.steps_taken());
+  out.put(p + "steps_after_load", opt_b.steps_taken());
   for (int64_t k = 2; k < kSteps; ++k) zero_step(b, opt_b, k, group);
-  put_parameters(out, "straight", a->parameters());
-  put_parameters(out, "resumed", b->parameters());
+  put_parameters(out, p + "straight", a->parameters());
+  put_parameters(out, p + "resumed", b->parameters());
+  out.put(p + "master_straight", opt_a.master().defined() ? opt_a.master().clone() : torch::Tensor());
+  out.put(p + "master_resumed", opt_b.master().defined() ? opt_b.master().clone() : torch::Tensor());
+}
+
+RANK_SUBJECT(zero_save_load) {
+  const std::string dir = std::getenv("KIT_TEST_DIR");
+  const std::string r = std::to_string(group.rank());
+  const std::string file = dir + "/zero_rank" + r + ".pt", mixed_file = dir + "/zero_mixed_rank" + r + ".pt";
+  save_load_run(group, torch::kFloat64, file, out, "");
+  save_load_run(group, torch::kBFloat16, mixed_file, out, "mixed/");
+  {
+    kit::GPT2 m = tiny_model(torch::kBFloat16);
+    zero::ZeroAdamW opt_m(m->parameters(), group, options(2));
+    out.outcome("mixed/load_fp64_file", [&] { opt_m.load(file); });
+  }
 
   dist::barrier(group);  // every file written
   const dist::Group pair = dist::new_group({0, 1}, "zero_pair");
   out.put("in_pair", pair.is_member());
   if (pair.is_member()) {
     kit::GPT2 c = tiny_model();
-    zero::ZeroAdamW opt_c(c->parameters(), pair, o);
+    zero::ZeroAdamW opt_c(c->parameters(), pair, options(2));
     out.outcome("load_on_2", [&] { opt_c.load(file); });
   }
 }
@@ -473,6 +487,26 @@ void judge_save_load(const RankRun& run) {
     for (size_t i = 0; i < pa.size(); ++i)
       EXPECT_TRUE(pa[i].defined() && pb[i].defined() && pa[i].sizes() == pb[i].sizes() && torch::equal(pa[i], pb[i]))
           << "parameter " << i << " after save at step 2, load, 3 more steps";
+    // Mixed precision: the same, and the fp32 master resumed exactly (not rebuilt from the
+    // bfloat16 parameters, which lose its low bits).
+    EXPECT_EQ(got.get<int64_t>("mixed/steps_after_load"), 2) << "mixed precision";
+    const auto ma = got.get<std::vector<torch::Tensor>>("mixed/straight"),
+               mb = got.get<std::vector<torch::Tensor>>("mixed/resumed");
+    ASSERT_EQ(ma.size(), pa.size());
+    ASSERT_EQ(mb.size(), pa.size());
+    for (size_t i = 0; i < ma.size(); ++i)
+      EXPECT_TRUE(ma[i].defined() && mb[i].defined() && ma[i].scalar_type() == torch::kBFloat16 &&
+                  ma[i].sizes() == mb[i].sizes() && torch::equal(ma[i], mb[i]))
+          << "bfloat16 parameter " << i << " after save at step 2, load, 3 more steps";
+    const torch::Tensor m0 = got.get<torch::Tensor>("mixed/master_straight"),
+                        m1 = got.get<torch::Tensor>("mixed/master_resumed");
+    EXPECT_TRUE(m0.defined() && m1.defined() && m0.scalar_type() == torch::kFloat32 && m0.sizes() == m1.sizes() &&
+                torch::equal(m0, m1))
+        << "rank " << r << ": the fp32 master after save, load and 3 more steps differs from 5 steps straight";
+    const judge::Outcome wrong = got.get<judge::Outcome>("mixed/load_fp64_file");
+    EXPECT_EQ(wrong.kind, "kit::Error") << "loading a float64 run's file into a mixed-precision optimizer: "
+                                        << wrong.describe();
+    EXPECT_NE(wrong.message.find("master"), std::string::npos) << wrong.message;
     EXPECT_EQ(got.get<bool>("in_pair"), r < 2);
     if (r >= 2) continue;
     // loading a 3-rank ZeRO state on 2 ranks: kit::Error naming both
