@@ -3,10 +3,13 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <exception>
 #include <iostream>
 
+#include "dist/dist.h"
 #include "kit/errors.h"
 #include "kit/precision.h"
+#include "kit/threads.h"
 
 namespace kit {
 
@@ -118,6 +121,49 @@ nlohmann::json run_metrics(const std::string& program, const SyntheticOptions& o
           {"tokens_per_sec", timer.tokens_per_sec(tokens_per_step)}};
 }
 
+
+RankRun::RankRun(std::string program, const SyntheticOptions& o, const WorldInfo& world, bool join)
+    : program_(std::move(program)), o_(o), world_(world), joined_(join),
+      timer_(o.steps, warmup_of(o.warmup, o.steps)) {
+  if (joined_) dist::init_process_group(o.backend, world.rank, world.world_size);
+  set_threads(o.run.train.threads);
+}
+
+RankRun::~RankRun() {
+  if (joined_ && std::uncaught_exceptions() == 0) dist::destroy_process_group();
+}
+
+void RankRun::steps(const std::vector<TokenBatch>& batches, bool prints,
+                    const std::function<StepOutcome(int64_t, const TokenBatch&)>& step, const Hook& before,
+                    const Hook& after) {
+  if (static_cast<int64_t>(batches.size()) != timer_.steps())
+    throw Error("RankRun::steps: " + std::to_string(batches.size()) + " batches for --steps " +
+                std::to_string(timer_.steps()));
+  for (int64_t k = 0; k < timer_.steps(); ++k) {
+    if (before) before(k);
+    timer_.start(k);
+    const StepOutcome r = step(k, batches[static_cast<size_t>(k)]);
+    double seconds;
+    if (r.seconds >= 0) {
+      timer_.record(r.seconds);
+      seconds = r.seconds;
+    } else {
+      seconds = timer_.stop();
+    }
+    if (after) after(k);
+    losses_.push_back(r.loss);
+    if (prints && o_.run.train.progress) print_step(k, r.loss, seconds);
+  }
+  timer_.finish();
+}
+
+nlohmann::json RankRun::metrics(int64_t tokens_per_step) const {
+  return run_metrics(program_, o_, world_, timer_, tokens_per_step);
+}
+
+void RankRun::write(const nlohmann::json& metrics) const {
+  if (!o_.run.out.empty()) write_rank_json(o_.run.out, world_.rank, world_.world_size, metrics.dump(1));
+}
 
 void check_trace_paths(const std::string& pattern, int world_size) {
   for (int r = 0; r < world_size; ++r) trace::check_trace_path(rank_path(pattern, r, world_size), "--trace");

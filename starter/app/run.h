@@ -1,19 +1,14 @@
 // The timed run of synthetic steps that the programs of Assignments 2 and 3 share
-// (run_zero, run_tensor_parallel, run_pipeline_training, run_terapipe, run_3d): the
-// batches, the warm-up, the step timer and the metrics every one of them reports. Each
-// program keeps its own step; this is what goes around it:
+// (run_zero, run_tensor_parallel, run_pipeline_training, run_terapipe, run_3d): one rank's
+// part of the run, from joining the process group to writing its metrics. Each program keeps
+// its own step; kit::RankRun is what goes around it:
 //
-//   const int64_t warmup = kit::warmup_of(o.warmup, o.steps);
+//   kit::RankRun run("run_x", o, world);           // joins the ranks, sets the threads
 //   const auto batches = kit::synthetic_batches(o.steps, B, T, o.vocab, o.run.train.seed);
-//   kit::StepTimer timer(o.steps, warmup);
-//   for (int64_t k = 0; k < o.steps; ++k) {
-//     timer.start(k);
-//     ... the step ...
-//     timer.stop();
-//   }
-//   timer.finish();
-//   nlohmann::json m = kit::run_metrics("run_x", o, world, timer, B * T);
-//   m["losses"] = losses;  // and the program's own fields
+//   run.steps(batches, rank == 0, [&](int64_t k, const kit::TokenBatch& b) { ... the step ...; return loss; });
+//   nlohmann::json m = run.metrics(B * T);         // the fields every program writes
+//   m["x"] = ...;                                  // and the program's own
+//   run.write(m);                                  // this rank's --out file; the group is left at the end
 //
 // tokens/s, as in project/loop.h: the tokens of the timed steps over their wall time.
 #pragma once
@@ -22,6 +17,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -113,6 +109,55 @@ double median(std::vector<double> v);
 // erases it (run_zero: batch_size_per_rank instead of batch_size).
 nlohmann::json run_metrics(const std::string& program, const SyntheticOptions& o, const WorldInfo& world,
                            const StepTimer& timer, int64_t tokens_per_step);
+
+// What one step gives the timed loop: the loss (on the ranks that hold it), and the step's
+// seconds when the step measured them itself (run_3d: the trainer's); negative: the clock's.
+struct StepOutcome {
+  double loss = 0;
+  double seconds = -1;
+  StepOutcome(double l, double s = -1) : loss(l), seconds(s) {}  // NOLINT: a loss alone converts
+};
+
+// One rank's part of a timed run (see the top). The constructor joins the process group (when
+// `join`: a program whose one rank needs none passes false) and sets --threads; the destructor
+// leaves the group (not while an exception unwinds: the error reaches guarded_main as it is).
+// The program makes its batches itself, where its seeds want them (synthetic_batches seeds
+// torch's generator).
+class RankRun {
+ public:
+  RankRun(std::string program, const SyntheticOptions& o, const WorldInfo& world, bool join = true);
+  ~RankRun();
+  RankRun(const RankRun&) = delete;
+  RankRun& operator=(const RankRun&) = delete;
+
+  // Runs a step per batch: for each k, `before(k)` (resetting counters at the warm-up's end), the
+  // clock starts, `step(k, batch k)` runs, the clock stops (or takes the step's own seconds),
+  // `after(k)` (the diagnostics, untimed), the loss is kept and, when `prints`, the progress
+  // line printed; after the last, the timed wall clock stops. Hooks may be empty.
+  using Hook = std::function<void(int64_t k)>;
+  void steps(const std::vector<TokenBatch>& batches, bool prints,
+             const std::function<StepOutcome(int64_t k, const TokenBatch& b)>& step, const Hook& before = {},
+             const Hook& after = {});
+
+  const StepTimer& timer() const { return timer_; }
+  const std::vector<double>& losses() const { return losses_; }
+  int rank() const { return world_.rank; }
+  int world_size() const { return world_.world_size; }
+  const WorldInfo& world() const { return world_; }
+
+  // run_metrics for this run (after steps()).
+  nlohmann::json metrics(int64_t tokens_per_step) const;
+  // This rank's metrics file at --out (nothing when --out is empty).
+  void write(const nlohmann::json& metrics) const;
+
+ private:
+  std::string program_;
+  const SyntheticOptions& o_;
+  WorldInfo world_;
+  bool joined_;
+  StepTimer timer_;
+  std::vector<double> losses_;
+};
 
 // --trace before any process starts: kit::Error when the directory of a rank's file
 // (rank_path(pattern, r, world_size)) does not exist.

@@ -24,7 +24,6 @@
 #include "grid/trainer.h"
 #include "kit/memory.h"
 #include "kit/precision.h"
-#include "kit/threads.h"
 #include "model/checkpoint.h"
 #include "model/gpt2.h"
 #include "pipeline_training/schedules.h"
@@ -137,8 +136,7 @@ namespace {
 int worker_main(const Run3DOptions& o, const kit::WorldInfo& world) {
   const int rank = world.rank, W = world.world_size;
   check_options(o, W);
-  kit::dist::init_process_group(o.backend, rank, W);
-  kit::set_threads(o.run.train.threads);
+  kit::RankRun run("run_3d", o, world);
   const torch::Device device = kit::dist::device();
   kit::memory::enable_counting(device);  // tensor bytes on the rank's device (kit/memory.h)
   const bool count_memory = kit::memory::why_not_counted(device).empty();
@@ -159,7 +157,7 @@ int worker_main(const Run3DOptions& o, const kit::WorldInfo& world) {
   for (const auto& chunk : trainer.chunks()) chunk.ptr()->set_recompute(o.recompute);
   torch::manual_seed(o.run.train.seed + 1 + static_cast<uint64_t>(rank));  // dropout: this rank's own
   int64_t parameter_bytes = 0;
-  for (const auto& p : trainer.parameters()) parameter_bytes += p.numel() * static_cast<int64_t>(p.element_size());
+  for (const auto& p : trainer.parameters()) parameter_bytes += kit::memory::bytes_of(p);
   if (rank == 0)
     std::cout << "rank 0 of " << W << " (" << world.launcher_name() << ", " << o.backend << "): grid "
               << o.grid.str() << ", " << o.schedule << ", m = " << o.microbatches << ", " << o.optimizer
@@ -168,19 +166,17 @@ int worker_main(const Run3DOptions& o, const kit::WorldInfo& world) {
 
   const int64_t B = o.run.train.batch_size, T = o.run.data.seq_len;
   const auto batches = kit::synthetic_batches(o.steps, B, T, o.vocab, o.run.train.seed);  // the same global batches
-  kit::StepTimer timer(o.steps, kit::warmup_of(o.warmup, o.steps));
-  std::vector<double> losses;
+  const kit::StepTimer& timer = run.timer();
   kit::grid::CommSeconds comm;
   int64_t peak_tensor_bytes = 0;
   std::vector<kit::trace::Event> trace_events;  // --trace: every timed step's
-  for (int64_t k = 0; k < o.steps; ++k) {
-    timer.start(k);
+  kit::grid::StepReport r;
+  run.steps(batches, rank == 0, [&](int64_t, const kit::TokenBatch& b) {
     kit::memory::reset_peak(device);
-    const kit::TokenBatch& b = batches[static_cast<size_t>(k)];
-    const auto r = trainer.step(b.idx, b.labels, b.mask);
-    timer.record(r.seconds);
+    r = trainer.step(b.idx, b.labels, b.mask);
+    return kit::StepOutcome(r.loss, r.seconds);  // the trainer's own clock
+  }, {}, [&](int64_t k) {
     peak_tensor_bytes = std::max(peak_tensor_bytes, kit::memory::bytes_peak(device));
-    losses.push_back(r.loss);
     if (timer.timed(k) && !o.trace.empty())
       for (auto& e : kit::pp::measured_events(r.batch, rank, {o.virtual_chunks, 1}, k))
         trace_events.push_back(std::move(e));
@@ -190,10 +186,7 @@ int worker_main(const Run3DOptions& o, const kit::WorldInfo& world) {
       comm.pipeline += r.comm.pipeline;
       comm.embedding += r.comm.embedding;
     }
-    if (rank == 0 && o.run.train.progress)
-      kit::print_step(k, r.loss, r.seconds);
-  }
-  timer.finish();
+  });
 
   const nlohmann::json grid_json = {{"dp", o.grid.dp}, {"pp", o.grid.pp}, {"tp", o.grid.tp}},
                        coords = {{"dp", c.dp}, {"pp", c.pp}, {"tp", c.tp}};
@@ -214,7 +207,7 @@ int worker_main(const Run3DOptions& o, const kit::WorldInfo& world) {
   }
   if (!o.run.out.empty()) {
     const double per = static_cast<double>(timer.timed_steps());
-    nlohmann::json m = kit::run_metrics("run_3d", o, world, timer, B * T);
+    nlohmann::json m = run.metrics(B * T);
     m.erase("batch_size");  // the global batch's rows, below
     m.update({{"n_layer", cfg.n_layer}, {"n_head", cfg.n_head}, {"n_embd", cfg.n_embd},
               {"vocab_size", cfg.vocab_size}, {"dp", o.grid.dp}, {"pp", o.grid.pp}, {"tp", o.grid.tp},
@@ -222,16 +215,15 @@ int worker_main(const Run3DOptions& o, const kit::WorldInfo& world) {
               {"virtual_chunks", o.virtual_chunks}, {"optimizer", o.optimizer}, {"zero", o.optimizer != "adamw"},
               {"master_weights", kit::zero::master_weights(kit::parse_precision(o.precision), o.optimizer)},
               {"recompute", o.recompute},
-              {"global_batch_size", B}, {"losses", losses},
+              {"global_batch_size", B}, {"losses", run.losses()},
               {"comm_seconds_per_step",
                {{"data", comm.data / per}, {"tensor", comm.tensor / per}, {"pipeline", comm.pipeline / per},
                 {"embedding", comm.embedding / per}}},
               {"parameter_bytes", parameter_bytes},
               {"peak_tensor_bytes", count_memory ? nlohmann::json(peak_tensor_bytes) : nlohmann::json()},
               {"peak_rss_bytes", kit::memory::peak_rss_bytes()}});
-    kit::write_rank_json(o.run.out, rank, W, m.dump(1));
+    run.write(m);
   }
-  kit::dist::destroy_process_group();
   return 0;
 }
 

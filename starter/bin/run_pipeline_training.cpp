@@ -18,7 +18,6 @@
 #include "dist/dist.h"
 #include "kit/memory.h"
 #include "kit/precision.h"
-#include "kit/threads.h"
 #include "model/gpt2.h"
 #include "pipeline_training/forward_backward.h"
 #include "pipeline_training/measured.h"
@@ -147,8 +146,7 @@ int worker_main(const PpOptions& o, const kit::WorldInfo& world) {
   const int rank = world.rank, W = world.world_size;
   const pp::Schedules schedules = checked_schedules(o, W);
   const pp::PipelineShape shape{W, o.microbatches, o.virtual_chunks};
-  if (W > 1) kit::dist::init_process_group(o.backend, rank, W);
-  kit::set_threads(o.run.train.threads);
+  kit::RankRun run("run_pipeline_training", o, world, W > 1);  // one rank needs no process group
   const torch::Device device = W > 1 ? kit::dist::device() : torch::Device(torch::kCPU);
   // Before the model: CPU buffers allocated earlier are never counted (kit/memory.h).
   if (o.memory) kit::memory::enable_counting(device);
@@ -179,39 +177,35 @@ int worker_main(const PpOptions& o, const kit::WorldInfo& world) {
               << " virtual stages, " << kit::synthetic_config(o).n_layer << " blocks"
               << (o.recompute ? ", recomputing activations" : "") << std::endl;
 
-  const int64_t warmup = kit::warmup_of(o.warmup, o.steps);
+  const kit::StepTimer& timer = run.timer();
   const bool count_memory = o.memory && kit::memory::why_not_counted(device).empty();
   pp::BatchMemory memory;  // the largest over the timed batches
   c10::Dict<std::string, torch::Tensor> saved;
-  std::vector<double> losses;
   std::vector<pp::ActionTime> last_timeline;
   nlohmann::json timed_steps = nlohmann::json::array();
   std::vector<kit::trace::Event> trace_events;  // --trace: every timed batch's
   int64_t peak_kept = 0;
-  kit::StepTimer timer(o.steps, warmup);
-  for (int64_t k = 0; k < o.steps; ++k) {
-    timer.start(k);
+  pp::BatchResult r;
+  run.steps(batches, holds_loss, [&](int64_t k, const kit::TokenBatch& b) {
     // The schedule on this rank; timed batches with --memory also count what it keeps:
     // sampled before each action, i.e. what the schedule keeps, not the transients inside
     // one forward or backward (the first timed batch also allocates the gradients).
-    auto run = [&](const std::vector<pp::MicroBatch>& micro) {
+    auto schedule = [&](const std::vector<pp::MicroBatch>& micro) {
       pp::OnAction before;
       if (k == 0) before = failure_of(o, rank);
       if (!count_memory || !timer.timed(k)) return executor.run(schedules[static_cast<size_t>(rank)], micro, before);
       const int64_t base = kit::memory::bytes_now(device);  // bytes held when the batch started
       kit::memory::reset_peak(device);
-      pp::BatchResult r = executor.run(schedules[static_cast<size_t>(rank)], micro, [&](size_t i, const pp::Action& a) {
+      pp::BatchResult result = executor.run(schedules[static_cast<size_t>(rank)], micro, [&](size_t i, const pp::Action& a) {
         memory.kept = std::max(memory.kept, kit::memory::bytes_now(device) - base);
         if (before) before(i, a);
       });
       memory.peak = std::max(memory.peak, kit::memory::bytes_peak(device) - base);
-      return r;
+      return result;
     };
-    const kit::TokenBatch& b = batches[static_cast<size_t>(k)];
     // Counting memory, the gradients are zeroed in place, so that re-allocating them is not
     // counted as memory a batch keeps.
-    const pp::BatchResult r =
-        pp::forward_backward(me, run, b.idx.to(device), b.labels.to(device), b.mask.to(device), o.microbatches,
+    r = pp::forward_backward(me, schedule, b.idx.to(device), b.labels.to(device), b.mask.to(device), o.microbatches,
                              count_memory);
     if (k == 0 && !o.save.empty()) {
       for (const auto& c : me.chunks)
@@ -221,18 +215,15 @@ int worker_main(const PpOptions& o, const kit::WorldInfo& world) {
       saved.insert("peak_kept", torch::tensor(r.peak_kept));
     }
     optimizer.step();
-    const double seconds = timer.stop();
+    return r.loss;
+  }, {}, [&](int64_t k) {
     if (timer.timed(k)) timed_steps.push_back(pp::step_json(r, k));
     if (timer.timed(k) && !o.trace.empty())
       for (auto& e : pp::measured_events(r, rank, {o.virtual_chunks, 1}, k)) trace_events.push_back(std::move(e));
-    losses.push_back(r.loss);
     if (holds_loss && !o.save.empty()) saved.insert("loss/step" + std::to_string(k), torch::tensor(r.loss, torch::kFloat64));
-    if (holds_loss && o.run.train.progress)
-      kit::print_step(k, r.loss, seconds);
     last_timeline = r.timeline;
     peak_kept = std::max(peak_kept, r.peak_kept);
-  }
-  timer.finish();
+  });
 
   if (!o.save.empty()) {
     for (const auto& c : me.chunks)
@@ -252,19 +243,18 @@ int worker_main(const PpOptions& o, const kit::WorldInfo& world) {
     kit::write_rank_trace(o.trace, rank, W, "rank " + std::to_string(rank), std::move(trace_events),
                           {{"program", "run_pipeline_training"}, {"schedule", o.schedule},
                            {"microbatches", o.microbatches}, {"virtual_chunks", o.virtual_chunks},
-                           {"steps", o.steps}, {"warmup", warmup}});
+                           {"steps", o.steps}, {"warmup", timer.warmup()}});
   if (!o.run.out.empty()) {
     // Every token of the batch passes through every rank: tokens/s is not summed over ranks.
-    nlohmann::json m = kit::run_metrics("run_pipeline_training", o, world, timer, B * T);
+    nlohmann::json m = run.metrics(B * T);
     m.update({{"schedule", o.schedule}, {"n_layer", kit::synthetic_config(o).n_layer}, {"microbatches", o.microbatches},
               {"virtual_chunks", o.virtual_chunks}, {"stages", shape.stages()}, {"recompute", o.recompute},
               {"peak_kept", peak_kept},
               {"messages_sent", p2p.messages_sent()}, {"messages_received", p2p.messages_received()},
               {"recv_seconds", p2p.recv_seconds()}, {"memory", pp::memory_json(o.memory, device, memory)}});
-    if (holds_loss) m["losses"] = losses;
-    kit::write_rank_json(o.run.out, rank, W, m.dump(1));
+    if (holds_loss) m["losses"] = run.losses();
+    run.write(m);
   }
-  if (W > 1) kit::dist::destroy_process_group();
   return 0;
 }
 

@@ -19,7 +19,6 @@
 #include "app/run.h"
 #include "dist/dist.h"
 #include "kit/precision.h"
-#include "kit/threads.h"
 #include "model/checkpoint.h"
 #include "model/gpt2.h"
 #include "tensor_parallel/model.h"
@@ -96,8 +95,7 @@ int worker_main(const TpOptions& o, const kit::WorldInfo& world) {
   check_options(o, W);
   // Even one rank joins a process group: the model's group is the world (of size 1, whose
   // mappings do nothing). The launcher serves its store (kit::run_ranks).
-  kit::dist::init_process_group(o.backend, rank, W);
-  kit::set_threads(o.run.train.threads);
+  kit::RankRun run("run_tensor_parallel", o, world);
   const torch::Device device = kit::dist::device();
   const kit::Precision precision = kit::parse_precision(o.precision);
   const kit::GPT2Config cfg = config_of(o);
@@ -125,14 +123,10 @@ int worker_main(const TpOptions& o, const kit::WorldInfo& world) {
               << std::endl;
 
   const kit::dist::Group group = model->group();
-  kit::StepTimer timer(o.steps, kit::warmup_of(o.warmup, o.steps));
-  std::vector<double> losses;
+  const kit::StepTimer& timer = run.timer();
   int64_t optimizer_bytes = 0;
-  for (int64_t k = 0; k < o.steps; ++k) {
-    if (k == timer.warmup()) group.reset_counters();
-    timer.start(k);
+  run.steps(batches, rank == 0, [&](int64_t k, const kit::TokenBatch& b) {
     optimizer.zero_grad();
-    const kit::TokenBatch& b = batches[static_cast<size_t>(k)];
     torch::Tensor loss;
     {
       const kit::Autocast autocast(precision, device.type());  // bf16: the forward only (kit/precision.h)
@@ -141,11 +135,8 @@ int worker_main(const TpOptions& o, const kit::WorldInfo& world) {
     loss.backward();
     optimizer.step();
     if (k == 0) optimizer_bytes = kit::adamw_state_bytes(optimizer);
-    losses.push_back(loss.item<double>());
-    const double seconds = timer.stop();
-    if (rank == 0 && o.run.train.progress) kit::print_step(k, losses.back(), seconds);
-  }
-  timer.finish();
+    return loss.item<double>();
+  }, [&](int64_t k) { if (k == timer.warmup()) group.reset_counters(); });
   const kit::dist::Counters c = group.counters();  // the timed steps only
 
   if (!o.save_checkpoint.empty()) {
@@ -165,9 +156,9 @@ int worker_main(const TpOptions& o, const kit::WorldInfo& world) {
     const double ar_bytes = static_cast<double>(c.all_reduce_bytes) / per;
     const kit::tp::ParameterBytes mine = kit::tp::parameter_bytes(*model);
     // tokens_per_sec: every token of the batch passes through every rank: do not sum over ranks.
-    nlohmann::json m = kit::run_metrics("run_tensor_parallel", o, world, timer, B * T);
+    nlohmann::json m = run.metrics(B * T);
     m.update({{"n_layer", cfg.n_layer}, {"n_head", cfg.n_head}, {"n_embd", cfg.n_embd},
-              {"vocab_size", cfg.vocab_size}, {"tensor_parallel", W}, {"losses", losses},
+              {"vocab_size", cfg.vocab_size}, {"tensor_parallel", W}, {"losses", run.losses()},
               {"tp_all_reduce_calls_per_step", static_cast<double>(c.all_reduce_calls) / per},
               {"tp_all_reduce_bytes_per_step", ar_bytes},
               {"tp_comm_seconds_per_step", c.comm_seconds / per},
@@ -176,9 +167,8 @@ int worker_main(const TpOptions& o, const kit::WorldInfo& world) {
               {"parameter_bytes", bytes_json(mine)}, {"full_parameter_bytes", bytes_json(full_bytes)},
               {"blocks_fraction", full_bytes.blocks > 0 ? static_cast<double>(mine.blocks) / full_bytes.blocks : 0.0},
               {"optimizer_state_bytes", optimizer_bytes}});
-    kit::write_rank_json(o.run.out, rank, W, m.dump(1));
+    run.write(m);
   }
-  kit::dist::destroy_process_group();
   return 0;
 }
 

@@ -167,8 +167,7 @@ int profile_main(const TeraOptions& o) {
 int worker_main(const TeraOptions& o, const kit::WorldInfo& world) {
   const int rank = world.rank, W = world.world_size;
   check_options(o, W);
-  kit::dist::init_process_group(o.backend, rank, W);
-  kit::set_threads(o.run.train.threads);
+  kit::RankRun run("run_terapipe", o, world);
   const kit::GPT2Config cfg = config_of(o);
   const std::vector<int64_t> lengths = slicing_of(o);
   const int64_t n = static_cast<int64_t>(lengths.size()), m = o.microbatches, K = o.stages;
@@ -194,19 +193,18 @@ int worker_main(const TeraOptions& o, const kit::WorldInfo& world) {
               << (predicted >= 0 ? ", predicted " + std::to_string(predicted) + " s per batch" : "") << std::endl;
 
   const auto batches = kit::synthetic_batches(o.steps, B, T, o.vocab, o.run.train.seed);
-  kit::StepTimer timer(o.steps, kit::warmup_of(o.warmup, o.steps));
-  std::vector<double> losses, pipeline_seconds;
+  const kit::StepTimer& timer = run.timer();
+  std::vector<double> pipeline_seconds;
   pp::BatchResult last;
   std::vector<kit::trace::Event> trace_events;  // --trace: every timed step's
   std::vector<std::array<std::vector<double>, 2>> unit_compute(static_cast<size_t>(m * n));
-  for (int64_t k = 0; k < o.steps; ++k) {
-    timer.start(k);
-    const kit::TokenBatch& b = batches[static_cast<size_t>(k)];
+  run.steps(batches, rank == K - 1, [&](int64_t, const kit::TokenBatch& b) {
     last = pp::forward_backward(
         me, [&](const std::vector<pp::MicroBatch>& micro) { return executor.run(schedule, micro); }, b.idx, b.labels,
         b.mask, m);
     optimizer.step();
-    const double seconds = timer.stop();
+    return last.loss;
+  }, {}, [&](int64_t k) {
     pipeline_seconds.push_back(last.timeline.empty() ? 0.0 : last.timeline.back().end);
     if (timer.timed(k) && !o.trace.empty())
       for (auto& e : pp::measured_events(last, rank, {1, n}, k)) trace_events.push_back(std::move(e));
@@ -214,11 +212,7 @@ int worker_main(const TeraOptions& o, const kit::WorldInfo& world) {
       for (const auto& a : last.timeline)  // this stage's own t(l, c): the span less its receives
         unit_compute[static_cast<size_t>(a.action.microbatch)][a.action.op == pp::Op::Forward ? 0 : 1].push_back(
             a.end - a.start - a.recv);
-    losses.push_back(last.loss);
-    if (rank == K - 1 && o.run.train.progress)
-      kit::print_step(k, last.loss, seconds);
-  }
-  timer.finish();
+  });
 
   if (!o.trace.empty())
     kit::write_rank_trace(o.trace, rank, W, "stage " + std::to_string(rank), std::move(trace_events),
@@ -231,17 +225,16 @@ int worker_main(const TeraOptions& o, const kit::WorldInfo& world) {
       timeline.push_back({a.action.op == pp::Op::Forward ? 0 : 1, a.action.microbatch, a.stage, a.start, a.end, a.recv});
     nlohmann::json units = nlohmann::json::array();
     for (auto& fb : unit_compute) units.push_back({kit::median(fb[0]), kit::median(fb[1])});
-    nlohmann::json j = kit::run_metrics("run_terapipe", o, world, timer, B * T);
+    nlohmann::json j = run.metrics(B * T);
     j.update({{"n_layer", cfg.n_layer}, {"n_embd", cfg.n_embd}, {"n_head", cfg.n_head},
               {"vocab_size", cfg.vocab_size}, {"stages", K}, {"microbatches", m}, {"slicing", o.slices},
               {"lengths", lengths}, {"pipeline_seconds", kit::after_warmup(pipeline_seconds, timer.warmup())},
-              {"losses", rank == K - 1 ? nlohmann::json(losses) : nlohmann::json()},
+              {"losses", rank == K - 1 ? nlohmann::json(run.losses()) : nlohmann::json()},
               {"predicted_seconds", predicted >= 0 ? nlohmann::json(predicted) : nlohmann::json()},
               {"latency_model", o.latency.empty() ? nlohmann::json() : tp::to_json(latency)},
               {"unit_compute_seconds", units}, {"timeline", timeline}});
-    kit::write_rank_json(o.run.out, rank, W, j.dump(1));
+    run.write(j);
   }
-  kit::dist::destroy_process_group();
   return 0;
 }
 

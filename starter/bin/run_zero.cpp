@@ -21,7 +21,6 @@
 #include "dist/dist.h"
 #include "kit/memory.h"
 #include "kit/precision.h"
-#include "kit/threads.h"
 #include "model/gpt2.h"
 #include "train/loss.h"
 #include "zero/data_parallel_optimizer.h"
@@ -97,8 +96,7 @@ namespace {
 int worker_main(const ZeroRunOptions& o, const kit::WorldInfo& me) {
   const int rank = me.rank, W = me.world_size;
   check_options(o, W);
-  kit::dist::init_process_group(o.backend, rank, W);
-  kit::set_threads(o.run.train.threads);
+  kit::RankRun run("run_zero", o, me);
   const torch::Device device = kit::dist::device();
   const kit::Precision precision = kit::parse_precision(o.precision);
   const kit::GPT2Config cfg = kit::synthetic_config(o);
@@ -133,16 +131,12 @@ int worker_main(const ZeroRunOptions& o, const kit::WorldInfo& me) {
               << o.optimizer << ", " << cfg.n_layer << " blocks, " << P << " parameters, " << B << " rows per rank"
               << std::endl;
 
-  kit::StepTimer timer(o.steps, kit::warmup_of(o.warmup, o.steps));
-  std::vector<double> losses;
   int64_t optimizer_bytes = 0, gradient_bytes = 0, activation_bytes = 0, rss_rise = 0, peak_tensor_bytes = 0,
           gradient_peak_bytes = 0;
-  for (int64_t k = 0; k < o.steps; ++k) {
-    if (k == timer.warmup()) world.reset_counters();
-    timer.start(k);
+  const kit::StepTimer& timer = run.timer();
+  run.steps(batches, rank == 0, [&](int64_t k, const kit::TokenBatch& b) {
     kit::memory::reset_peak(device);
     optimizer->zero_grad();
-    const kit::TokenBatch& b = batches[static_cast<size_t>(k)];
     const torch::Tensor idx = b.idx.to(device), labels = b.labels.to(device), mask = b.mask.to(device);
     torch::Tensor loss;
     {
@@ -168,11 +162,8 @@ int worker_main(const ZeroRunOptions& o, const kit::WorldInfo& me) {
       gradient_bytes = optimizer->gradient_bytes();
     }
     peak_tensor_bytes = std::max(peak_tensor_bytes, kit::memory::bytes_peak(device));
-    losses.push_back(loss.item<double>());
-    const double seconds = timer.stop();
-    if (rank == 0 && o.run.train.progress) kit::print_step(k, losses.back(), seconds);
-  }
-  timer.finish();
+    return loss.item<double>();
+  }, [&](int64_t k) { if (k == timer.warmup()) world.reset_counters(); });
   const kit::dist::Counters c = world.counters();  // the timed steps only
 
   if (!o.run.out.empty()) {
@@ -186,14 +177,14 @@ int worker_main(const ZeroRunOptions& o, const kit::WorldInfo& me) {
     const double f_params = (stage == 3 ? w / n : w) * Pd, f_grads = (stage >= 2 ? w / n : w) * Pd,
                  f_state = (stage == 0 ? K : K / n) * Pd, p_comm = w * Pd;
     // tokens_per_sec: this rank's rows only; the job's rate is the sum over the ranks.
-    nlohmann::json m = kit::run_metrics("run_zero", o, me, timer, B * T);
+    nlohmann::json m = run.metrics(B * T);
     m.erase("batch_size");
     m.update({
         {"optimizer", o.optimizer}, {"zero_stage", stage}, {"n_layer", cfg.n_layer}, {"n_head", cfg.n_head},
         {"n_embd", cfg.n_embd}, {"vocab_size", cfg.vocab_size}, {"batch_size_per_rank", B},
         {"global_batch_size", B * W}, {"weight_decay", o.weight_decay},
         {"tokens_per_sec_summed_over_ranks", false},
-        {"losses", losses},
+        {"losses", run.losses()},
         {"parameter_count", P},
         {"parameter_bytes", parameter_bytes},
         {"gradient_bytes", gradient_bytes},
@@ -222,9 +213,8 @@ int worker_main(const ZeroRunOptions& o, const kit::WorldInfo& me) {
         {"formula_all_reduce_comm_bytes_per_step", ring * p_comm},
         {"formula_comm_bytes_per_step", (stage == 3 ? 1.5 : 1.0) * ring * p_comm},
         {"comm_seconds_per_step", c.comm_seconds / per}});
-    kit::write_rank_json(o.run.out, rank, W, m.dump(1));
+    run.write(m);
   }
-  kit::dist::destroy_process_group();
   return 0;
 }
 
