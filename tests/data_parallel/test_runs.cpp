@@ -40,6 +40,7 @@
 #include "data/dataset.h"
 #include "process_harness.h"
 #include "judge/judge.h"
+#include "judge/run_result.h"
 #include "judge/tensor.h"
 #include "kit/config.h"
 #include "model/gpt2.h"
@@ -107,19 +108,9 @@ kit_test::RunResult run_program(const std::vector<std::string>& argv, Env env, c
 // ------------------------------------------------------------------ records
 
 // A program run as data: what a subject part records of it, and the judge reads back.
-void put_run(judge::Record& out, const std::string& name, const kit_test::RunResult& r) {
-  out.put(name + "/exitcode", r.exitcode);
-  out.put(name + "/timed_out", r.timed_out);
-  out.put(name + "/seconds", r.seconds);
-  out.put(name + "/output", r.output);
-}
+void put_run(judge::Record& out, const std::string& name, const kit_test::RunResult& r) { out.put(name, r); }
 kit_test::RunResult get_run(const judge::Record& got, const std::string& name) {
-  kit_test::RunResult r;
-  r.exitcode = got.get<int>(name + "/exitcode");
-  r.timed_out = got.get<bool>(name + "/timed_out");
-  r.seconds = got.get<double>(name + "/seconds");
-  r.output = got.get<std::string>(name + "/output");
-  return r;
+  return got.get<kit_test::RunResult>(name);
 }
 
 using RankFile = std::map<std::string, torch::Tensor>;

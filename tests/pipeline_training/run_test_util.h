@@ -14,6 +14,7 @@
 
 #include "process_harness.h"
 #include "judge/judge.h"
+#include "judge/run_result.h"
 #include "judge/tensor.h"
 #include "kit/config.h"
 #include "model/gpt2.h"
@@ -59,18 +60,10 @@ inline std::string describe(const kit_test::RunResult& r) { return kit_test::des
 
 // A run's exit, duration and output in a record (under `prefix`), and back.
 inline void put_run(kit::judge::Record& out, const kit_test::RunResult& r, const std::string& prefix = "run") {
-  out.put(prefix + ".exitcode", r.exitcode);
-  out.put(prefix + ".timed_out", r.timed_out);
-  out.put(prefix + ".seconds", r.seconds);
-  out.put(prefix + ".output", r.output);
+  out.put(prefix, r);
 }
 inline kit_test::RunResult get_run(const kit::judge::Record& got, const std::string& prefix = "run") {
-  kit_test::RunResult r;
-  r.exitcode = got.get<int>(prefix + ".exitcode");
-  r.timed_out = got.get<bool>(prefix + ".timed_out");
-  r.seconds = got.get<double>(prefix + ".seconds");
-  r.output = got.get<std::string>(prefix + ".output");
-  return r;
+  return got.get<kit_test::RunResult>(prefix);
 }
 
 // {"schedules": [[{"op": "F", "microbatch": 0, "chunk": 0}, ...], ...]}, written here by
