@@ -155,7 +155,6 @@ int worker_main(const Run3DOptions& o, const kit::WorldInfo& world) {
   // The whole model from the seed on every rank; each rank keeps its part.
   kit::grid::Trainer3D trainer(kit::build_model(cfg, o.vocab, o.run.data.seq_len, o.run.train.seed), grid, t);
   for (const auto& chunk : trainer.chunks()) chunk.ptr()->set_recompute(o.recompute);
-  torch::manual_seed(o.run.train.seed + 1 + static_cast<uint64_t>(rank));  // dropout: this rank's own
   int64_t parameter_bytes = 0;
   for (const auto& p : trainer.parameters()) parameter_bytes += kit::memory::bytes_of(p);
   if (rank == 0)
@@ -166,6 +165,10 @@ int worker_main(const Run3DOptions& o, const kit::WorldInfo& world) {
 
   const int64_t B = o.run.train.batch_size, T = o.run.data.seq_len;
   const auto batches = kit::synthetic_batches(o.steps, B, T, o.vocab, o.run.train.seed);  // the same global batches
+  // Dropout, after the batches (drawing them seeds the generator): the replica's own masks,
+  // the same on every rank of a replica, whose tensor-parallel ranks must drop the same
+  // elements of the activations they all hold.
+  torch::manual_seed(o.run.train.seed + 1 + static_cast<uint64_t>(c.dp));
   const kit::StepTimer& timer = run.timer();
   kit::grid::CommSeconds comm;
   int64_t peak_tensor_bytes = 0;
