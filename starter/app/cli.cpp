@@ -163,6 +163,17 @@ void add_process_options(CLI::App& app, SyntheticOptions& o) {
   app.add_flag("!--no-progress", o.run.train.progress, "Do not print the loss of every step");
 }
 
+void add_microbatches_option(CLI::App& app, int64_t& microbatches, const std::string& help) {
+  app.add_option("--chunks,--microbatches,--micro-batches", microbatches, help)->capture_default_str();
+}
+
+void add_trace_option(CLI::App& app, std::string& trace, const std::string& what, const std::string& shows) {
+  app.add_option("--trace", trace,
+                 "Write this rank's " + what + " as Chrome trace-event JSON here, for https://ui.perfetto.dev or "
+                 "chrome://tracing ({rank} and {world} replaced, else .rank<r> added; the directory must exist): " +
+                     shows);
+}
+
 int launcher_or_worker(int world_size_flag, const std::function<int()>& launcher,
                        const std::function<int(const WorldInfo& world)>& worker) {
   const WorldInfo world = detect_world();

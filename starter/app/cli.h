@@ -64,6 +64,14 @@ void add_model_options(CLI::App& app, SyntheticOptions& o, const SyntheticHelp& 
 // --lr --seed --threads --backend --port --out --no-progress of the same programs.
 void add_process_options(CLI::App& app, SyntheticOptions& o);
 
+// --micro-batches m (also --microbatches, and --chunks: GPipe's word for them) of the programs
+// that cut a batch into micro-batches.
+void add_microbatches_option(CLI::App& app, int64_t& microbatches, const std::string& help);
+
+// --trace PATTERN of the programs that run a pipeline: this rank's `what` as Chrome trace-event
+// JSON, one file per rank; `shows`: what its tracks and events are.
+void add_trace_option(CLI::App& app, std::string& trace, const std::string& what, const std::string& shows);
+
 // The preset with the flags' overrides applied (kit::Error for an unknown preset).
 GPT2Config model_config(const RunOptions& opts);
 

@@ -92,8 +92,7 @@ int main(int argc, char** argv) {
   app.add_option("--pp", pp, "Pipeline-parallel degree p (stages, one per rank of a pipeline)")->capture_default_str();
   app.add_option("--tp", tp, "Tensor-parallel degree t (consecutive ranks: keep it within a node)")
       ->capture_default_str();
-  app.add_option("--chunks,--microbatches,--micro-batches", o.microbatches, "Micro-batches m per data-parallel replica")
-      ->capture_default_str();
+  kit::add_microbatches_option(app, o.microbatches, "Micro-batches m per data-parallel replica");
   app.add_option("--schedule", o.schedule, "gpipe, 1f1b or interleaved")->capture_default_str();
   app.add_option("--virtual", o.virtual_chunks, "Model chunks v per rank (interleaved only; v*p stages)")
       ->capture_default_str();
@@ -114,10 +113,8 @@ int main(int argc, char** argv) {
   app.add_option("--save", o.save, "Write the whole trained model here (gathered on rank 0; the one-process "
                                    "checkpoint format)");
   kit::add_process_options(app, o);
-  app.add_option("--trace", o.trace,
-                 "Write this rank's pipeline schedule over the timed steps as Chrome trace-event JSON here, for "
-                 "https://ui.perfetto.dev or chrome://tracing ({rank} and {world} replaced, else .rank<r> added; "
-                 "the directory must exist): F/B events with their P2P receives, one track per rank");
+  kit::add_trace_option(app, o.trace, "pipeline schedule over the timed steps",
+                        "F/B events with their P2P receives, one track per rank");
   app.footer("Metrics per rank (--out): tokens_per_sec (the global batch's), losses, step seconds, "
              "comm_seconds_per_step {data, tensor, pipeline, embedding}, parameter_bytes, peak_tensor_bytes, "
              "peak_rss_bytes, recompute, and the rank's grid coordinates.");

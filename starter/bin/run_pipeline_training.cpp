@@ -100,9 +100,8 @@ int main(int argc, char** argv) {
   app.add_option("--schedule", o.schedule, "gpipe, 1f1b or interleaved")
       ->check(CLI::IsMember({"gpipe", "1f1b", "pipedream-flush", "interleaved"}))
       ->capture_default_str();
-  app.add_option("--chunks,--microbatches,--micro-batches", o.microbatches,
-                 "Micro-batches m per batch (must divide --batch-size; interleaved: a multiple of p)")
-      ->capture_default_str();
+  kit::add_microbatches_option(app, o.microbatches,
+                               "Micro-batches m per batch (must divide --batch-size; interleaved: a multiple of p)");
   app.add_option("--virtual", o.virtual_chunks, "Model chunks v per rank (interleaved only; S = v * p stages)")
       ->capture_default_str();
   kit::SyntheticHelp help;
@@ -117,10 +116,7 @@ int main(int argc, char** argv) {
   kit::add_process_options(app, o);
   app.add_option("--timeline", o.timeline, "Write this rank's measured timeline of the last batch as JSON here "
                                            "({rank} replaced, else .rank<r> added)");
-  app.add_option("--trace", o.trace,
-                 "Write this rank's timed batches as Chrome trace-event JSON here, for https://ui.perfetto.dev "
-                 "or chrome://tracing ({rank} and {world} replaced, else .rank<r> added; the directory must "
-                 "exist): F/B events with their P2P receives, one track per rank");
+  kit::add_trace_option(app, o.trace, "timed batches", "F/B events with their P2P receives, one track per rank");
   app.add_option("--save", o.save, "Tests: write DIR/rank<r>.pt with gradients after the first batch, parameters "
                                    "after --steps steps, the losses and the timeline");
   app.add_option("--schedule-file", o.schedule_file,

@@ -109,8 +109,7 @@ int main(int argc, char** argv) {
                "Print the slicing --slices gives at --stages (and its predicted time with --latency) as JSON; exit");
   app.add_option("--profile-repeats", o.profile_repeats, "Timings per (l, c) in --profile (their median)")
       ->capture_default_str();
-  app.add_option("--chunks,--microbatches,--micro-batches", o.microbatches, "Micro-batches m, each cut into the slices")
-      ->capture_default_str();
+  kit::add_microbatches_option(app, o.microbatches, "Micro-batches m, each cut into the slices");
   kit::SyntheticHelp help;
   help.n_layer = "Transformer blocks (default: the preset's); at least --stages";
   help.batch_size = "Rows per batch (a multiple of --chunks)";
@@ -118,10 +117,8 @@ int main(int argc, char** argv) {
   kit::add_model_options(app, o, help);
   app.add_option("--n-positions", o.n_positions, "Context of the model (default: the preset's); at least --seq-len");
   kit::add_process_options(app, o);
-  app.add_option("--trace", o.trace,
-                 "Write this rank's timed steps as Chrome trace-event JSON here, for https://ui.perfetto.dev or "
-                 "chrome://tracing ({rank} and {world} replaced, else .rank<r> added; the directory must exist): "
-                 "one track per stage, F/B of each slice with their P2P receives");
+  kit::add_trace_option(app, o.trace, "timed steps",
+                        "one track per stage, F/B of each slice with their P2P receives");
   app.footer("Metrics per rank (--out): lengths, pipeline_seconds (measured), predicted_seconds (with --latency), "
              "step_seconds, tokens_per_sec, losses (last stage), timeline of the last step.");
   return kit::guarded_main(argc, argv, app, [&] {
