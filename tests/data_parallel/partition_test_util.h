@@ -59,19 +59,10 @@ inline PartView view_of(const kit::Partition& part) {
 
 namespace kit::judge {
 template <>
-struct Codec<partition_test::PartView> {
-  static Value put(const partition_test::PartView& p) {
-    Value v;
-    v.kind = Value::Kind::Map;
-    v.map.emplace_back("size", Codec<int64_t>::put(p.size));
-    v.map.emplace_back("index", Codec<std::vector<int64_t>>::put(p.index));
-    v.map.emplace_back("values", Codec<std::vector<int64_t>>::put(p.values));
-    return v;
-  }
-  static bool get(const Value& v, partition_test::PartView* out) {
-    const Value *s = v.find("size"), *i = v.find("index"), *x = v.find("values");
-    return v.kind == Value::Kind::Map && s && i && x && Codec<int64_t>::get(*s, &out->size) &&
-           Codec<std::vector<int64_t>>::get(*i, &out->index) && Codec<std::vector<int64_t>>::get(*x, &out->values);
+struct Codec<partition_test::PartView> : Fields<partition_test::PartView> {
+  static auto fields() {
+    using P = partition_test::PartView;
+    return std::make_tuple(field("size", &P::size), field("index", &P::index), field("values", &P::values));
   }
 };
 }  // namespace kit::judge

@@ -5,10 +5,12 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
 
 #include "judge/judge.h"
+#include "judge/run_result.h"
 #include "judge/tensor.h"
 #include "kit/errors.h"
 
@@ -123,6 +125,35 @@ TEST(JudgeRecords, ARecordOfTheWrongTypeFailsTheReaderNotTheProcess) {
   EXPECT_EQ(got, 0);
   EXPECT_NONFATAL_FAILURE(r.get<uint32_t>("neg"), "is a integer");
   EXPECT_NONFATAL_FAILURE(r.get<int64_t>("missing"), "recorded no value 'missing'");
+}
+
+// A struct through judge::Fields (here a program run): every field back as it went in; a Map
+// missing a field, a field of another type, or no Map at all is refused.
+TEST(JudgeRecords, AStructOfFieldsRoundTripsAndRefusesMissingOrMistypedFields) {
+  kit_test::RunResult r;
+  r.exitcode = -9;
+  r.timed_out = true;
+  r.seconds = 1.25;
+  r.output = std::string("line\0two", 8);
+  const Value v = judge::Codec<kit_test::RunResult>::put(r);
+  kit_test::RunResult back;
+  ASSERT_TRUE(judge::Codec<kit_test::RunResult>::get(v, &back));
+  EXPECT_EQ(back.exitcode, -9);
+  EXPECT_TRUE(back.timed_out);
+  EXPECT_EQ(back.seconds, 1.25);
+  EXPECT_EQ(back.output, r.output);
+  for (const std::string name : {"exitcode", "timed_out", "seconds", "output"}) {
+    Value missing = v;
+    missing.map.erase(std::remove_if(missing.map.begin(), missing.map.end(),
+                                     [&](const auto& kv) { return kv.first == name; }),
+                      missing.map.end());
+    EXPECT_FALSE(judge::Codec<kit_test::RunResult>::get(missing, &back)) << "without " << name;
+    Value mistyped = v;
+    for (auto& kv : mistyped.map)
+      if (kv.first == name) kv.second = judge::Codec<std::vector<int>>::put({1, 2});
+    EXPECT_FALSE(judge::Codec<kit_test::RunResult>::get(mistyped, &back)) << name << " as a list";
+  }
+  EXPECT_FALSE(judge::Codec<kit_test::RunResult>::get(judge::Codec<int>::put(3), &back)) << "an int for a run";
 }
 
 TEST(JudgeRecords, WhatTheCodeThrewIsClassified) {

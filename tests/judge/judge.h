@@ -38,6 +38,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -213,6 +214,45 @@ struct Codec<std::optional<T>> {
     if (!Codec<T>::get(v, &t)) return false;
     *out = std::move(t);
     return true;
+  }
+};
+
+// A test's own struct as a Map of named fields: specialize Codec with Fields and list them,
+//   template <> struct Codec<Slicing> : Fields<Slicing> {
+//     static auto fields() { return std::make_tuple(field("lengths", &Slicing::lengths), field("sum", &Slicing::sum)); }
+//   };
+// get is strict: a Map that has every field, each one a value of its member's type.
+template <typename S, typename M>
+struct Field {
+  const char* name;
+  M S::*member;
+};
+template <typename S, typename M>
+Field<S, M> field(const char* name, M S::*member) {
+  return {name, member};
+}
+template <typename S>
+struct Fields {
+  static Value put(const S& s) {
+    Value v;
+    v.kind = Value::Kind::Map;
+    std::apply([&](const auto&... f) { (add(&v, s, f), ...); }, Codec<S>::fields());
+    return v;
+  }
+  static bool get(const Value& v, S* out) {
+    return v.kind == Value::Kind::Map &&
+           std::apply([&](const auto&... f) { return (take(v, f, out) && ...); }, Codec<S>::fields());
+  }
+
+ private:
+  template <typename M>
+  static void add(Value* v, const S& s, const Field<S, M>& f) {
+    v->map.emplace_back(f.name, Codec<M>::put(s.*(f.member)));
+  }
+  template <typename M>
+  static bool take(const Value& v, const Field<S, M>& f, S* out) {
+    const Value* x = v.find(f.name);
+    return x && Codec<M>::get(*x, &(out->*(f.member)));
   }
 };
 

@@ -61,20 +61,11 @@ void add(Value* v, const char* key, const T& x) {
 }  // namespace planner_codec
 
 template <>
-struct Codec<kit::planner::Memory> {
-  static Value put(const kit::planner::Memory& m) {
-    Value v{Value::Kind::Map};
-    planner_codec::add(&v, "parameters", m.parameters);
-    planner_codec::add(&v, "gradients", m.gradients);
-    planner_codec::add(&v, "optimizer", m.optimizer);
-    planner_codec::add(&v, "activations", m.activations);
-    return v;
-  }
-  static bool get(const Value& v, kit::planner::Memory* out) {
-    return planner_codec::field(v, "parameters", &out->parameters) &&
-           planner_codec::field(v, "gradients", &out->gradients) &&
-           planner_codec::field(v, "optimizer", &out->optimizer) &&
-           planner_codec::field(v, "activations", &out->activations);
+struct Codec<kit::planner::Memory> : Fields<kit::planner::Memory> {
+  static auto fields() {
+    using M = kit::planner::Memory;
+    return std::make_tuple(field("parameters", &M::parameters), field("gradients", &M::gradients),
+                           field("optimizer", &M::optimizer), field("activations", &M::activations));
   }
 };
 
@@ -112,38 +103,16 @@ struct Codec<kit::planner::Strategy> {
 };
 
 template <>
-struct Codec<kit::planner::Cost> {
-  static Value put(const kit::planner::Cost& c) {
-    Value v{Value::Kind::Map};
-    planner_codec::add(&v, "strategy", c.strategy);
-    planner_codec::add(&v, "micro_batches", c.micro_batches);
-    planner_codec::add(&v, "stage_seconds", c.stage_seconds);
-    planner_codec::add(&v, "compute", c.compute);
-    planner_codec::add(&v, "tensor", c.tensor);
-    planner_codec::add(&v, "p2p", c.p2p);
-    planner_codec::add(&v, "pipeline", c.pipeline);
-    planner_codec::add(&v, "contention", c.contention);
-    planner_codec::add(&v, "optimizer", c.optimizer);
-    planner_codec::add(&v, "data", c.data);
-    planner_codec::add(&v, "bubble", c.bubble);
-    planner_codec::add(&v, "total", c.total);
-    planner_codec::add(&v, "memory", c.memory);
-    planner_codec::add(&v, "memory_limit", c.memory_limit);
-    planner_codec::add(&v, "fits", c.fits);
-    return v;
-  }
-  static bool get(const Value& v, kit::planner::Cost* out) {
-    return planner_codec::field(v, "strategy", &out->strategy) &&
-           planner_codec::field(v, "micro_batches", &out->micro_batches) &&
-           planner_codec::field(v, "stage_seconds", &out->stage_seconds) &&
-           planner_codec::field(v, "compute", &out->compute) && planner_codec::field(v, "tensor", &out->tensor) &&
-           planner_codec::field(v, "p2p", &out->p2p) && planner_codec::field(v, "pipeline", &out->pipeline) &&
-           planner_codec::field(v, "contention", &out->contention) &&
-           planner_codec::field(v, "optimizer", &out->optimizer) && planner_codec::field(v, "data", &out->data) &&
-           planner_codec::field(v, "bubble", &out->bubble) && planner_codec::field(v, "total", &out->total) &&
-           planner_codec::field(v, "memory", &out->memory) &&
-           planner_codec::field(v, "memory_limit", &out->memory_limit) &&
-           planner_codec::field(v, "fits", &out->fits);
+struct Codec<kit::planner::Cost> : Fields<kit::planner::Cost> {
+  static auto fields() {
+    using C = kit::planner::Cost;
+    return std::make_tuple(field("strategy", &C::strategy), field("micro_batches", &C::micro_batches),
+                           field("stage_seconds", &C::stage_seconds), field("compute", &C::compute),
+                           field("tensor", &C::tensor), field("p2p", &C::p2p), field("pipeline", &C::pipeline),
+                           field("contention", &C::contention), field("optimizer", &C::optimizer),
+                           field("data", &C::data), field("bubble", &C::bubble), field("total", &C::total),
+                           field("memory", &C::memory), field("memory_limit", &C::memory_limit),
+                           field("fits", &C::fits));
   }
 };
 

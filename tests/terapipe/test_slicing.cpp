@@ -21,19 +21,10 @@
 namespace kit::judge {
 // A slicing as {lengths, sum, max}.
 template <>
-struct Codec<kit::terapipe::Slicing> {
-  static Value put(const kit::terapipe::Slicing& s) {
-    Value v;
-    v.kind = Value::Kind::Map;
-    v.map.emplace_back("lengths", Codec<std::vector<int64_t>>::put(s.lengths));
-    v.map.emplace_back("sum", Codec<double>::put(s.sum));
-    v.map.emplace_back("max", Codec<double>::put(s.max));
-    return v;
-  }
-  static bool get(const Value& v, kit::terapipe::Slicing* out) {
-    const Value *l = v.find("lengths"), *s = v.find("sum"), *m = v.find("max");
-    return v.kind == Value::Kind::Map && l && s && m && Codec<std::vector<int64_t>>::get(*l, &out->lengths) &&
-           Codec<double>::get(*s, &out->sum) && Codec<double>::get(*m, &out->max);
+struct Codec<kit::terapipe::Slicing> : Fields<kit::terapipe::Slicing> {
+  static auto fields() {
+    using S = kit::terapipe::Slicing;
+    return std::make_tuple(field("lengths", &S::lengths), field("sum", &S::sum), field("max", &S::max));
   }
 };
 }  // namespace kit::judge
