@@ -71,7 +71,7 @@ def profile_layers(build, preset, model_args, tps, sizes, threads, repeats, out,
     the planner's profile (planner/profile.h) written to `out`, which is returned."""
     run([os.path.join(build, "profile_layers"), "--preset", preset, *model_args,
          "--tp", ",".join(str(t) for t in sorted(set(tps))),
-         "--micro-batches", ",".join(str(b) for b in sorted(set(sizes))),
+         "--micro-batch-sizes", ",".join(str(b) for b in sorted(set(sizes))),
          "--threads", str(threads), "--repeats", str(repeats), "--out", out], timeout, targets)
     return out
 

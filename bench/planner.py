@@ -283,7 +283,7 @@ def measure_concurrency(args, preset, records, settings, world):
     size = sorted({r["micro_batch"] for r in mine})[len({r["micro_batch"] for r in mine}) // 2]
     base = os.path.join(args.out, "concurrency", preset, f"w{world}")
     cmd = [os.path.join(args.build, "profile_layers"), "--preset", preset, *shape_args(mine[0], settings), "--tp", "1",
-           "--micro-batches", str(size), "--threads", str(settings["threads"]),
+           "--micro-batch-sizes", str(size), "--threads", str(settings["threads"]),
            "--repeats", str(3 * args.profile_repeats)]  # long enough that the copies' starts and ends do not count
     alone = os.path.join(base, "alone.json")
     run(cmd + ["--out", alone], args.timeout, TARGETS)

@@ -1,7 +1,7 @@
 // profile_layers: what each kind of GPT-2 layer takes on this machine, the planner's profile
 // (Problem 8; planner/profile.h), as AMP profiles its layers instead of counting FLOPs.
 //
-//   ./build/profile_layers --preset cpu-small --seq-len 128 --tp 1,2,4 --micro-batches 1,2,4,8
+//   ./build/profile_layers --preset cpu-small --seq-len 128 --tp 1,2,4 --micro-batch-sizes 1,2,4,8
 //   ./build/profile_layers --preset gpt2 --vocab-size 50257 --seq-len 1024 --tp 1,2,4,8 --out a100.json
 //
 // For every tensor-parallel degree t and micro-batch size (sequences) it times the embedding,
@@ -31,7 +31,7 @@ namespace {
 struct ProfileOptions {
   kit::RunOptions run;
   int64_t n_layer = 0, n_embd = 0, n_head = 0, vocab = 1000, threads = 1, warmup = 2, repeats = 5;
-  std::string tp = "1,2,4", micro_batches = "1,2,4,8", out = "runs/profile/profile.json";
+  std::string tp = "1,2,4", micro_batch_sizes = "1,2,4,8", out = "runs/profile/profile.json";
   int port = 0;
 };
 
@@ -67,7 +67,7 @@ kit::GPT2Config profiled_config(const ProfileOptions& o) {
 void check_options(const ProfileOptions& o) {
   const kit::GPT2Config cfg = profiled_config(o);
   for (const int64_t t : whole_numbers(o.tp, "--tp")) kit::tp::check_divisible(cfg, t);
-  whole_numbers(o.micro_batches, "--micro-batches");
+  whole_numbers(o.micro_batch_sizes, "--micro-batch-sizes");
   if (o.repeats < 1 || o.warmup < 0) throw kit::Error("--repeats must be 1 or more and --warmup 0 or more");
   if (o.run.data.seq_len < 1 || o.run.data.seq_len > cfg.n_positions)
     throw kit::Error("--seq-len must be 1 to the model's n_positions (" + std::to_string(cfg.n_positions) + ")");
@@ -92,7 +92,7 @@ int rank_main(const ProfileOptions& o, const kit::WorldInfo& me) {
     std::vector<int> ranks(static_cast<size_t>(t));
     std::iota(ranks.begin(), ranks.end(), 0);
     const kit::dist::Group group = kit::dist::new_group(ranks, "profile-t" + std::to_string(t));
-    const std::vector<int64_t> sizes = whole_numbers(o.micro_batches, "--micro-batches");
+    const std::vector<int64_t> sizes = whole_numbers(o.micro_batch_sizes, "--micro-batch-sizes");
     for (const auto& kind : kit::profiler::layer_kinds()) {
       if (group.is_member()) {
         const auto measured = kit::profiler::time_layers(cfg, kind, group, sizes, T, warmup, repeats);
@@ -151,7 +151,13 @@ int main(int argc, char** argv) {
   app.add_option("--seq-len", o.run.data.seq_len, "Tokens per sequence")->capture_default_str();
   app.add_option("--tp", o.tp, "Tensor-parallel degrees, comma list (each must divide n_head, n_embd, vocabulary)")
       ->capture_default_str();
-  app.add_option("--micro-batches", o.micro_batches, "Micro-batch sizes in sequences, comma list")->capture_default_str();
+  app.add_option("--micro-batch-sizes", o.micro_batch_sizes, "Micro-batch sizes in sequences, comma list (as plan's)")
+      ->capture_default_str();
+  // --micro-batches is a count m in every other program: refused here with the new name.
+  app.add_option_function<std::string>("--micro-batches", [](const std::string&) {
+       throw CLI::ValidationError("--micro-batches", "profile_layers takes micro-batch sizes as --micro-batch-sizes (as plan does); "
+                        "--micro-batches is the count m of the training programs");
+     })->group("");
   app.add_option("--threads", o.threads, "LibTorch threads of this process (as each rank of the runs you plan)")
       ->capture_default_str();
   app.add_option("--warmup", o.warmup, "Untimed runs before each measurement")->capture_default_str();
