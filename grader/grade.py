@@ -206,7 +206,7 @@ def symbol_item(found, rubric, build_dir: Path, skip, number, action=None, prebu
     linked: {file: object} for files linked from the prebuilt build (prebuilt_copies)."""
     action = action or rubric.get("static_checks", {}).get("symbols", {}).get("action", "zero")
     lines, flagged, t0 = [], set(), time.time()
-    given = symbols.GivenCode.cached(given_objects(build_dir, all_student_files(), prebuilt),
+    given = symbols.GivenCode.cached(given_objects(build_dir, prebuilt),
                                    build_dir / "kit_symbols.json")
     for f in sorted(found):
         if f in skip:

@@ -31,7 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from cpp_source import strip_comments  # noqa: E402
-from objects import OBJECT_DIRS, given_objects  # noqa: E402
+from objects import given_objects, reference_objects  # noqa: E402
 from rubric import all_student_files  # noqa: E402
 
 RULES_FILE = Path(__file__).resolve().parent / "symbols.json"
@@ -270,18 +270,17 @@ def audit(build: Path, kit: Path, verbose=False):
     """The check on a solution build (-DKIT_SOLUTION=ON, as CI builds it): every assignment's
     reference solution objects and starter stub objects. Returns (findings, report lines)."""
     files = all_student_files(kit)
-    given = GivenCode(given_objects(build, files))
+    given = GivenCode(given_objects(build))
     findings, lines, used = [], [], {"solution": {}, "starter": {}}
     for f in files:
-        for side, dirs in OBJECT_DIRS.items():
-            objs = [build / "CMakeFiles" / d / (f + ".o") for d in dirs]
-            objs = [o for o in objs if o.is_file()]
-            if not objs:
+        for side in ("solution", "starter"):
+            obj = reference_objects(build, side, f)
+            if not obj:
                 findings.append(f"{side} {f}: no object in {build} (build it with -DKIT_SOLUTION=ON)")
                 continue
-            for line, sym, why in findings_of(objs[0], kit / side / f, given):
+            for line, sym, why in findings_of(obj, kit / side / f, given):
                 findings.append(f"{side} {f}:{line or '?'}: {sym}: {why}")
-            names = demangle(undefined(objs[0]), bare=True)
+            names = demangle(undefined(obj), bare=True)
             for d in names.values():
                 used[side].setdefault(d, set()).add(f)
     only = sorted(set(used["solution"]) - set(used["starter"]))
@@ -315,7 +314,7 @@ def main(argv=None):
         ap.error("name an object file, or --audit BUILD")
     given = None
     if args.given:
-        given = GivenCode(sorted((args.given / "CMakeFiles" / "kit_given.dir").rglob("*.o")))
+        given = GivenCode(given_objects(args.given))
     found = findings_of(args.object, args.source, given)
     for line, sym, why in found:
         print(f"{args.source or args.object}:{line or '?'}: {sym}: {why}")
