@@ -60,6 +60,15 @@ function(_kit_json_list out)
   endif()
 endfunction()
 
+# ON or OFF: whether this build compiles in unity batches, as the manifest writes it.
+function(_kit_unity out)
+  if(CMAKE_UNITY_BUILD)
+    set(${out} ON PARENT_SCOPE)
+  else()
+    set(${out} OFF PARENT_SCOPE)
+  endif()
+endfunction()
+
 # kit_write_object_manifest(): kit_objects.json for every target that compiles or links
 # objects. Call once, after every target is defined.
 function(kit_write_object_manifest)
@@ -112,10 +121,7 @@ function(kit_write_object_manifest)
   endforeach()
   list(JOIN entries ",\n  " entries)
   list(JOIN files ",\n  " files)
-  set(unity OFF)
-  if(CMAKE_UNITY_BUILD)
-    set(unity ON)
-  endif()
+  _kit_unity(unity)
   file(GENERATE OUTPUT "${CMAKE_BINARY_DIR}/kit_objects.json" CONTENT
        "{\"format\": \"kit objects 1\", \"source_dir\": \"${CMAKE_SOURCE_DIR}\", \"unity\": \"${unity}\", \"unity_batch\": \"${CMAKE_UNITY_BUILD_BATCH_SIZE}\",\n\"targets\": {\n  ${entries}\n},\n\"files\": {\n  ${files}\n}}\n")
 endfunction()
@@ -190,10 +196,7 @@ function(kit_prebuilt_objects out target)
   _kit_json_strings(their_apart "${entry}" apart)
   string(JSON unity GET "${m}" unity)
   string(JSON batch GET "${m}" unity_batch)
-  set(my_unity OFF)
-  if(CMAKE_UNITY_BUILD)
-    set(my_unity ON)
-  endif()
+  _kit_unity(my_unity)
   if(NOT "${mine}" STREQUAL "${theirs}" OR NOT "${apart}" STREQUAL "${their_apart}" OR NOT unity STREQUAL my_unity
      OR (my_unity AND NOT batch STREQUAL "${CMAKE_UNITY_BUILD_BATCH_SIZE}"))
     message(FATAL_ERROR "KIT_PREBUILT=${KIT_PREBUILT}: its ${target} compiled [${theirs}] (apart from the unity "

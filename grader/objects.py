@@ -74,12 +74,6 @@ def student_object(build_dir: Path, f: str):
     return file_object(build_dir, ("solution/" if solution_build(build_dir) else "starter/") + f)
 
 
-def reference_objects(build_dir, side: str, f: str):
-    """A KIT_SOLUTION build's object of f's reference solution (side "solution") or of its
-    starter stub ("starter"), or None."""
-    return file_object(build_dir, f"{side}/{f}")
-
-
 # The targets that hold the given code's objects (kit: those it links from a prebuilt build's
 # kit_given), and the folder of the test programs'.
 GIVEN_TARGETS = ("kit_given", "kit", "kit_planner")

@@ -31,7 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from cpp_source import strip_comments  # noqa: E402
-from objects import given_objects, reference_objects  # noqa: E402
+from objects import file_object, given_objects  # noqa: E402
 from rubric import all_student_files  # noqa: E402
 
 RULES_FILE = Path(__file__).resolve().parent / "symbols.json"
@@ -274,7 +274,7 @@ def audit(build: Path, kit: Path, verbose=False):
     findings, lines, used = [], [], {"solution": {}, "starter": {}}
     for f in files:
         for side in ("solution", "starter"):
-            obj = reference_objects(build, side, f)
+            obj = file_object(build, f"{side}/{f}")
             if not obj:
                 findings.append(f"{side} {f}: no object in {build} (build it with -DKIT_SOLUTION=ON)")
                 continue
