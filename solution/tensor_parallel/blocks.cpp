@@ -29,7 +29,7 @@ ParallelAttentionImpl::ParallelAttentionImpl(const GPT2Config& cfg, dist::Group 
   head_size = cfg.n_embd / cfg.n_head;
   c_attn = register_module("c_attn", ColumnParallelLinear(cfg.n_embd, 3 * cfg.n_embd, group));
   c_proj = register_module("c_proj", RowParallelLinear(cfg.n_embd, cfg.n_embd, group));
-  attn_dropout = register_module("attn_dropout", torch::nn::Dropout(cfg.dropout));
+  attn_dropout = register_module("attn_dropout", RegionDropout(cfg.dropout, group));
   resid_dropout = register_module("resid_dropout", torch::nn::Dropout(cfg.dropout));
 }
 

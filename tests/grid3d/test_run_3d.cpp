@@ -65,6 +65,26 @@ TEST(Run3D, TwoByTwoGridTrainsAsOneProcessAndSavesItsCheckpoint) {
     EXPECT_TRUE(torch::allclose(kv.value(), db.at(kv.key()), 1e-4, 1e-4)) << kv.key();
 }
 
+// Recomputation (Problem 6.3) on tensor-parallel stages with dropout on: the recomputed
+// forward draws attention's per-rank masks (tensor_parallel/blocks.h: RegionDropout) and the
+// shared ones again, so the losses equal the run without.
+TEST(Run3D, RecomputeWithTensorParallelDropoutGivesTheLossesOfTheRunWithout) {
+  std::vector<double> losses[2];
+  for (const bool recompute : {false, true}) {
+    kit_test::TempDir dir(recompute ? "run3d_recompute" : "run3d_plain");
+    auto a = args(1, 2, 2, dir.path());
+    for (size_t i = 0; i + 1 < a.size(); ++i)
+      if (a[i] == "--dropout") a[i + 1] = "0.2";
+    if (recompute) a.push_back("--recompute");
+    const auto r = kit_test::run_kit_program(a, dir / "log.txt", {}, 90);
+    ASSERT_EQ(r.exitcode, 0) << kit_test::describe_run(r);
+    losses[recompute] = metrics(dir.path(), 0)["losses"].get<std::vector<double>>();
+  }
+  ASSERT_EQ(losses[1].size(), losses[0].size());
+  for (size_t k = 0; k < losses[0].size(); ++k)
+    EXPECT_NEAR(losses[1][k], losses[0][k], 1e-5 * std::abs(losses[0][k])) << "step " << k;
+}
+
 TEST(Run3D, AGridThatDoesNotFitIsRefusedBeforeAnyRankStarts) {
   kit_test::TempDir dir("run3d_bad");
   auto bad = args(1, 1, 3, dir.path());  // t = 3 divides neither 2 heads nor 64 tokens

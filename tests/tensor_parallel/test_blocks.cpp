@@ -252,6 +252,51 @@ TEST(TPBlock, DropoutActsInTrainingOnlyAndAfterTheAllReduce) {
                      });
 }
 
+// Given code (ungraded): attention's dropout inside the tensor-parallel region. Each rank
+// records two masks of RegionDropout(0.5) on ones, a draw of the shared generator after them,
+// the first mask again after torch::manual_seed, and its eval output.
+TP_SUBJECT(region_dropout) {
+  torch::manual_seed(11);
+  tp::RegionDropout drop(0.5, group);
+  drop->train();
+  const torch::Tensor ones = torch::ones({4096});
+  out.put("first", drop(ones));
+  out.put("second", drop(ones));
+  out.put("shared_after", torch::rand({8}));
+  torch::manual_seed(11);
+  out.put("again", drop(ones));
+  drop->eval();
+  out.put("eval", drop(ones));
+}
+
+TEST(TPRegionDropout, EachRankDrawsItsOwnMaskWhileTheSharedGeneratorStaysInStep) {
+  for (const int n : {1, 2, 4}) {
+    const kit_test::RankRun run = kit_test::subject_ranks(n, "region_dropout");
+    if (!judge::judging()) continue;
+    if (!kit_test::expect_ranks_ok(run, n, "RegionDropout on " + std::to_string(n) + " ranks")) return;
+    const auto& rec = run.records;
+    for (int r = 0; r < n; ++r) {
+      SCOPED_TRACE("rank " + std::to_string(r) + " of " + std::to_string(n));
+      const judge::Record& got = rec[static_cast<size_t>(r)];
+      const torch::Tensor first = got.get<torch::Tensor>("first");
+      const double dropped = (first == 0).to(torch::kFloat64).mean().item<double>();
+      EXPECT_TRUE(dropped > 0.45 && dropped < 0.55) << dropped << " of the elements dropped at p = 0.5";
+      EXPECT_TRUE(torch::equal(first.masked_select(first != 0), torch::full({(first != 0).sum().item<int64_t>()}, 2.0)))
+          << "the kept elements are scaled by 1 / (1 - p)";
+      EXPECT_TRUE(torch::equal(got.get<torch::Tensor>("again"), first))
+          << "torch::manual_seed with the same seed must give the same mask again";
+      EXPECT_FALSE(torch::equal(got.get<torch::Tensor>("second"), first)) << "two calls drew the same mask";
+      EXPECT_TRUE(torch::equal(got.get<torch::Tensor>("eval"), torch::ones({4096}))) << "eval mode drops nothing";
+      EXPECT_TRUE(torch::equal(got.get<torch::Tensor>("shared_after"), rec[0].get<torch::Tensor>("shared_after")))
+          << "the generator every rank shares drew differently here than on rank 0: a dropout outside the "
+             "region would then drop other elements of activations every rank holds";
+      for (int q = 0; q < r; ++q)
+        EXPECT_FALSE(torch::equal(first, rec[static_cast<size_t>(q)].get<torch::Tensor>("first")))
+            << "rank " << q << " drew the same mask: the ranks' heads would drop alike";
+    }
+  }
+}
+
 TEST(TPBlock, ParallelBlockOnTensorGroupsSmallerThanTheWorld) {
   tp_test::for_ranks({4}, "parallel_block_subgroups", "block on tensor groups {0, 2} and {1, 3}",
                      [](const judge::Record& got, int w, int) {
