@@ -45,6 +45,15 @@ int64_t stage_of_parameter(const std::string& name, const GPT2Config& cfg, int64
   return -1;
 }
 
+// A chunk's parameters, whole, under the full model's names, on the CPU: a tensor-parallel
+// stage gathers its shards (collective over its tensor group); Problem 3's stage holds them.
+TensorDict whole_state_of(const pp::StageModule& chunk) {
+  if (const auto tp = std::dynamic_pointer_cast<TensorParallelStageImpl>(chunk.ptr())) return tp->whole_state_dict();
+  TensorDict out;
+  for (const auto& [name, p] : chunk->named_model_parameters()) out.insert(name, p.detach().cpu());
+  return out;
+}
+
 }  // namespace
 
 Trainer3D::Trainer3D(const GPT2& full, const ProcessGrid& grid, Options3D options)
@@ -64,13 +73,19 @@ Trainer3D::Trainer3D(const GPT2& full, const ProcessGrid& grid, Options3D option
   pp::check_blocks_fit(cfg.n_layer, shape_);
   schedule_ = pp::make_schedule(options.schedule, shape_)[static_cast<size_t>(grid.coords.pp)];
   for (int64_t c = 0; c < shape_.chunks; ++c) {
-    TensorParallelStage stage(cfg, pp::virtual_stage(shape_, grid.coords.pp, c), shape_.stages(), grid.tensor);
+    const int64_t s = pp::virtual_stage(shape_, grid.coords.pp, c);
+    if (grid.shape.tp == 1) {  // Problem 3's stage: copies of full's parameters, then the type
+      pp::StageModule stage(full, s, shape_.stages());
+      stage->to(dist::device(), type);
+      chunks_.push_back(stage);
+      continue;
+    }
+    TensorParallelStage stage(cfg, s, shape_.stages(), grid.tensor);
     stage->to(dist::device(), type);  // before loading: float64 stays exact
     stage->load_full(*full);
-    chunks_.push_back(stage);
+    chunks_.emplace_back(std::static_pointer_cast<pp::StageModuleImpl>(stage.ptr()));
   }
-  std::vector<pp::StageModule> as_stages;
-  for (const auto& c : chunks_) as_stages.emplace_back(std::static_pointer_cast<pp::StageModuleImpl>(c.ptr()));
+  const std::vector<pp::StageModule>& as_stages = chunks_;
   const auto options_of_messages = torch::TensorOptions().dtype(type).device(dist::device());
   impl_->p2p = std::make_unique<pp::P2P>(shape_, grid.coords.pp, options_of_messages,
                                          group_ranks(GroupKind::Pipeline, dist::get_rank(), grid.shape));
@@ -129,7 +144,7 @@ StepReport Trainer3D::step(const torch::Tensor& idx, const torch::Tensor& labels
 TensorDict Trainer3D::gather_state_dict() const {
   // Each stage whole on its tensor ranks (collective over each tensor group, chunk by chunk).
   std::vector<TensorDict> stages;
-  for (const auto& c : chunks_) stages.push_back(c->whole_state_dict());
+  for (const auto& c : chunks_) stages.push_back(whole_state_of(c));
   const GPT2Config& cfg = chunks_.front()->config();
   const int64_t S = shape_.stages();
   // Then the pipeline's stages to world rank 0, from the ranks at dp = 0, tp = 0, in the

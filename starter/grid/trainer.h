@@ -1,8 +1,10 @@
 // Problem 6 (given code): GPT-2 trained on the 3D grid, Megatron-LM's PTD-P.
 //
 // Each rank holds v chunks (virtual pipeline stages) of the model with tensor-parallel
-// blocks (grid/stage.h) and runs Problem 3's schedules over its pipeline, with Problem 3's
-// Executor and your forward_step / backward_step. One training step on the global batch:
+// blocks (grid/stage.h; at t = 1 Problem 3's own stages, pipeline_training/stage_model.h, so
+// a grid without tensor parallelism runs no Problem 4 code) and runs Problem 3's schedules
+// over its pipeline, with Problem 3's Executor and your forward_step / backward_step. One
+// training step on the global batch:
 //
 //   1. the data-parallel rank dp takes rows [dp·B/d, (dp+1)·B/d) of the batch (every rank of
 //      a replica, whatever its stage or tensor rank, the same rows) and cuts them into m
@@ -78,7 +80,8 @@ class Trainer3D {
   // model's (Kit layout, lm_head.weight tied), on world rank 0; empty on the other ranks.
   TensorDict gather_state_dict() const;
 
-  const std::vector<TensorParallelStage>& chunks() const { return chunks_; }
+  // This rank's chunks: TensorParallelStages at t > 1, Problem 3's StageModules at t = 1.
+  const std::vector<pp::StageModule>& chunks() const { return chunks_; }
   // This rank's parameters (every chunk's), each once.
   std::vector<torch::Tensor> parameters() const;
   const ProcessGrid& grid() const { return grid_; }
@@ -90,7 +93,7 @@ class Trainer3D {
   Options3D options_;
   pp::PipelineShape shape_;
   pp::RankSchedule schedule_;
-  std::vector<TensorParallelStage> chunks_;
+  std::vector<pp::StageModule> chunks_;
   struct Impl;  // the P2P, the Executor and the optimizer
   std::unique_ptr<Impl> impl_;
 };

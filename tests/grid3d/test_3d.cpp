@@ -73,6 +73,10 @@ RANK_ROLE(grid_training) {
   o.weight_decay = kWeightDecay;
   const grid::ProcessGrid g = grid::make_process_grid(shape);
   grid::Trainer3D trainer(make_model(cfg), g, o);
+  for (const auto& chunk : trainer.chunks())
+    EXPECT_EQ(std::dynamic_pointer_cast<grid::TensorParallelStageImpl>(chunk.ptr()) != nullptr, shape.tp > 1)
+        << "on " << shape.str() << ": the stages are tensor-parallel at t > 1 and Problem 3's (no Problem 4 code) "
+           "at t = 1";
 
   for (int64_t step = 0; step < 2; ++step) {
     const Batch b = make_batch(step, cfg.vocab_size);
