@@ -14,7 +14,7 @@ bundle's configure through KIT_CMAKE_ARGS as KIT_PREBUILT, with every student fi
 KIT_PREBUILT_STUBS and no precompiled header: the given code, tests and programs link that
 build's objects and every student file (a stub, or an earlier assignment's solution shipped
 verbatim) links that build's object of the same file, so a bundle builds in about a minute
-instead of half an hour, and the bundle runs every fourth given test (ctest -I ,,4; the prebuilt
+instead of half an hour, and the bundle runs every sixth given test (ctest -I ,,6; the prebuilt
 build ran them all on the same objects; --every-test runs them all). Without it the bundle builds
 from scratch and runs every test, as a student's does.
 """
@@ -82,9 +82,9 @@ def check_bundle(n: int, scratch: Path, prebuilt, with_solution: bool, timeout: 
         files = grade.all_student_files(KIT)
         env["KIT_CMAKE_ARGS"] = (f"-DKIT_PREBUILT={prebuilt} -DKIT_PREBUILT_STUBS={';'.join(files)} "
                                  "-DKIT_PCH=OFF -DCMAKE_CXX_FLAGS_RELEASE=-O1")
-        if not every_test:  # the prebuilt build ran them all on these objects: a fourth checks the bundle's files
+        if not every_test:  # the prebuilt build ran them all on these objects: a sixth checks the bundle's files
             # ctest -I Start,End,Stride: an empty End is the last test ("0,0,3" selected none at all).
-            env["KIT_CTEST_ARGS"] = "-I ,,4"
+            env["KIT_CTEST_ARGS"] = "-I ,,6"
     log = scratch / f"a{n}.log"
     rc, seconds = run_logged(["scripts/test.sh"], kit, env, log, timeout)
     print(f"assignment {n}: scripts/test.sh exit {rc}, {seconds:.0f} s (log {log})", flush=True)
@@ -115,8 +115,8 @@ def main(argv=None):
     ap.add_argument("--timeout", type=int, default=1500, help="seconds per command")
     ap.add_argument("--parallel", type=int, default=2, help="bundles checked at once (default 2; CI: 1, beside other tests)")
     ap.add_argument("--every-test", action="store_true",
-                    help="with --prebuilt, run every given test in the bundle (default: every fourth, "
-                         "ctest -I ,,4: the prebuilt build already ran them all on the same objects)")
+                    help="with --prebuilt, run every given test in the bundle (default: every sixth, "
+                         "ctest -I ,,6: the prebuilt build already ran them all on the same objects)")
     args = ap.parse_args(argv)
     prebuilt = str(args.prebuilt.resolve()) if args.prebuilt else ""
     problems = []

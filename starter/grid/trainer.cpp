@@ -85,13 +85,12 @@ Trainer3D::Trainer3D(const GPT2& full, const ProcessGrid& grid, Options3D option
     stage->load_full(*full);
     chunks_.emplace_back(std::static_pointer_cast<pp::StageModuleImpl>(stage.ptr()));
   }
-  const std::vector<pp::StageModule>& as_stages = chunks_;
   const auto options_of_messages = torch::TensorOptions().dtype(type).device(dist::device());
   impl_->p2p = std::make_unique<pp::P2P>(shape_, grid.coords.pp, options_of_messages,
                                          group_ranks(GroupKind::Pipeline, dist::get_rank(), grid.shape));
-  impl_->executor = std::make_unique<pp::Executor>(as_stages, shape_, grid.coords.pp, *impl_->p2p);
+  impl_->executor = std::make_unique<pp::Executor>(chunks_, shape_, grid.coords.pp, *impl_->p2p);
   impl_->executor->set_precision(options.precision);
-  impl_->pipeline = {as_stages, shape_, grid.coords.pp, &grid_.embedding};
+  impl_->pipeline = {chunks_, shape_, grid.coords.pp, &grid_.embedding};
   zero::ZeroOptions z;
   z.lr = options.lr;
   z.weight_decay = options.weight_decay;
