@@ -154,7 +154,7 @@ def as_timeline(actions, p, m, v):
                                 "end": a["end"] - t0})
     makespan = span(actions)
     busy = sum(a["end"] - a["start"] - a["recv"] for a in actions)
-    return {"ranks": p, "microbatches": m, "chunks": v, "makespan": makespan,
+    return {"ranks": p, "microbatches": m, "virtual_chunks": v, "makespan": makespan,
             "bubble_fraction": 1 - busy / (p * makespan) if makespan > 0 else 0.0,
             "peak_in_flight": [0] * p, "timeline": rows}
 

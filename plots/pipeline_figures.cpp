@@ -22,14 +22,14 @@ TimelinePicture picture_of(const json& t, const std::string& title, const std::s
   TimelinePicture p;
   p.title = title;
   p.xlabel = "time (ms)";
-  p.chunks = kSummary.field(t, "chunks", where).get<int>();
+  p.virtual_chunks = kSummary.field(t, "virtual_chunks", where).get<int>();
   for (const json& row : kSummary.field(t, "timeline", where)) {
     std::vector<TimelineBox> boxes;
     for (const json& a : row) {
       const bool backward = kSummary.field(a, "op", where).get<std::string>() == "B";
       const int chunk = kSummary.field(a, "chunk", where).get<int>();
       std::string label = (backward ? "B" : "F") + std::to_string(kSummary.field(a, "microbatch", where).get<int>());
-      if (p.chunks > 1) label += "." + std::to_string(chunk);
+      if (p.virtual_chunks > 1) label += "." + std::to_string(chunk);
       boxes.push_back({label, backward, chunk, 1e3 * kSummary.field(a, "start", where).get<double>(),
                        1e3 * kSummary.field(a, "end", where).get<double>()});
     }

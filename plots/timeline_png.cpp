@@ -49,7 +49,7 @@ void plot_timeline(Gnuplot& gp, const TimelinePicture& picture, double xmax, dou
                    bool key) {
   const int ranks = static_cast<int>(picture.ranks.size());
   // One data set per (forward/backward, shade), so the key shows each colour once.
-  const int shades = std::clamp(picture.chunks, 1, kShades);
+  const int shades = std::clamp(picture.virtual_chunks, 1, kShades);
   std::vector<std::vector<Box>> forward(static_cast<size_t>(shades)), backward(forward);
   std::vector<std::tuple<double, int, std::string>> labels;
   for (int r = 0; r < ranks; ++r)
@@ -78,9 +78,9 @@ void plot_timeline(Gnuplot& gp, const TimelinePicture& picture, double xmax, dou
       const auto& boxes = (is_backward ? backward : forward)[static_cast<size_t>(c)];
       if (boxes.empty()) continue;
       std::string title = is_backward ? "backward (B)" : "forward (F)";
-      if (picture.chunks > 1)
+      if (picture.virtual_chunks > 1)
         title = std::string(is_backward ? "B" : "F") + " chunk " + std::to_string(c) +
-                (picture.chunks > shades && c == shades - 1 ? "+" : "");
+                (picture.virtual_chunks > shades && c == shades - 1 ? "+" : "");
       parts.push_back("'-' using 1:2:3:4 with boxxyerror fs solid 1.0 border lc rgb \"#404040\" lc rgb \"" +
                       std::string((is_backward ? kBackwardColors : kForwardColors)[c]) + "\" title " +
                       gp_quote(title));

@@ -22,7 +22,7 @@ struct TimelineBox {
 struct TimelinePicture {
   std::string title;                          // '\n' breaks the line
   std::string xlabel = "time";                // with the unit
-  int chunks = 1;                             // > 1: the key names each chunk's shade
+  int virtual_chunks = 1;                             // > 1: the key names each chunk's shade
   std::vector<std::vector<TimelineBox>> ranks;  // one row per rank, rank 0 first
 };
 

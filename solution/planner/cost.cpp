@@ -110,7 +110,7 @@ Memory memory_per_rank(const ModelSpec& model, int64_t first, int64_t last, doub
     }
   }
   mem.activations = per_token * tokens_per_micro_batch / t *
-                    static_cast<double>(in_flight_micro_batches(stage, s.pp, m, s.schedule, s.chunks));
+                    static_cast<double>(in_flight_micro_batches(stage, s.pp, m, s.schedule, s.virtual_chunks));
   mem.activations += largest * tokens_per_micro_batch / t;  // the layer being recomputed (0 without)
   return mem;
   // END SOLUTION

@@ -163,6 +163,11 @@ void add_process_options(CLI::App& app, SyntheticOptions& o) {
   app.add_flag("!--no-progress", o.run.train.progress, "Do not print the loss of every step");
 }
 
+void refuse_option(CLI::App& app, const std::string& name, const std::string& why) {
+  app.add_option_function<std::string>(name, [name, why](const std::string&) { throw CLI::ValidationError(name, why); })
+      ->group("");
+}
+
 void add_microbatches_option(CLI::App& app, int64_t& microbatches, const std::string& help) {
   app.add_option("--chunks,--microbatches,--micro-batches", microbatches, help)->capture_default_str();
 }

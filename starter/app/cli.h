@@ -68,6 +68,11 @@ void add_process_options(CLI::App& app, SyntheticOptions& o);
 // that cut a batch into micro-batches.
 void add_microbatches_option(CLI::App& app, int64_t& microbatches, const std::string& help);
 
+// A flag this program does not take because it means something else here than in the other
+// programs: given, it fails to parse with `why` (which names the flag to use instead), and it
+// is kept out of --help.
+void refuse_option(CLI::App& app, const std::string& name, const std::string& why);
+
 // --trace PATTERN of the programs that run a pipeline: this rank's `what` as Chrome trace-event
 // JSON, one file per rank; `shows`: what its tracks and events are.
 void add_trace_option(CLI::App& app, std::string& trace, const std::string& what, const std::string& shows);

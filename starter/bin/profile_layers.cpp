@@ -154,10 +154,9 @@ int main(int argc, char** argv) {
   app.add_option("--micro-batch-sizes", o.micro_batch_sizes, "Micro-batch sizes in sequences, comma list (as plan's)")
       ->capture_default_str();
   // --micro-batches is a count m in every other program: refused here with the new name.
-  app.add_option_function<std::string>("--micro-batches", [](const std::string&) {
-       throw CLI::ValidationError("--micro-batches", "profile_layers takes micro-batch sizes as --micro-batch-sizes (as plan does); "
-                        "--micro-batches is the count m of the training programs");
-     })->group("");
+  kit::refuse_option(app, "--micro-batches",
+                     "profile_layers takes micro-batch sizes as --micro-batch-sizes (as plan does); --micro-batches is "
+                     "the count m of the training programs");
   app.add_option("--threads", o.threads, "LibTorch threads of this process (as each rank of the runs you plan)")
       ->capture_default_str();
   app.add_option("--warmup", o.warmup, "Untimed runs before each measurement")->capture_default_str();

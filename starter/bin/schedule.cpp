@@ -34,9 +34,9 @@ void draw(const kit::pp::Timeline& t, const std::string& heading, const std::str
   char summary[160];
   std::snprintf(summary, sizeof summary, "makespan %g, bubble %.1f%%", t.makespan, 100 * t.bubble_fraction);
   picture.title = heading + "\n" + summary + "; F3 = forward of micro-batch 3" +
-                  (t.shape.chunks > 1 ? ", F3.1 = on chunk 1" : "") + "; blank = idle (the bubble)";
+                  (t.shape.virtual_chunks > 1 ? ", F3.1 = on chunk 1" : "") + "; blank = idle (the bubble)";
   picture.xlabel = xlabel;
-  picture.chunks = static_cast<int>(t.shape.chunks);
+  picture.virtual_chunks = static_cast<int>(t.shape.virtual_chunks);
   for (const auto& row : t.ranks) {
     std::vector<kit::plots::TimelineBox> boxes;
     for (const kit::pp::TimedAction& a : row)
@@ -88,7 +88,11 @@ int main(int argc, char** argv) {
   app.add_flag("--json", json, "Print JSON instead of a table");
   auto* kind_opt = app.add_option("--kind", kind, "Training schedule to simulate: gpipe, 1f1b or interleaved");
   auto* p_opt = app.add_option("-p,--ranks", p, "Pipeline ranks (with --kind)")->capture_default_str();
-  auto* v_opt = app.add_option("-v,--chunks", v, "Model chunks per rank (with --kind interleaved, >= 2; default 2 there)")->capture_default_str();
+  auto* v_opt = app.add_option("-v,--virtual", v, "Model chunks v per rank (with --kind interleaved, >= 2; default 2 there)")->capture_default_str();
+  // --chunks is the micro-batch count m in the training programs (GPipe's word): refused here.
+  kit::refuse_option(app, "--chunks",
+                     "schedule takes the model chunks per rank v as --virtual (-v), as run_3d and "
+                     "run_pipeline_training do, and the micro-batches m as -m; --chunks is m in the training programs");
   auto* f_opt = app.add_option("--forward", costs.forward,
                                "Time of one micro-batch's forward through one rank's share of the model (with "
                                "--kind; one chunk's action costs this / v)")->capture_default_str();
@@ -116,7 +120,7 @@ int main(int argc, char** argv) {
       if (!out.trace.empty()) kit::trace::check_trace_path(out.trace, "--trace");
       const kit::pp::Timeline t = kit::pp::read_timeline_file(timeline_json, "--timeline-json");
       const std::string heading = timeline_json + ": p = " + std::to_string(t.shape.ranks) + ", m = " +
-                                  std::to_string(t.shape.microbatches) + ", v = " + std::to_string(t.shape.chunks);
+                                  std::to_string(t.shape.microbatches) + ", v = " + std::to_string(t.shape.virtual_chunks);
       out.trace_info = {{"program", "schedule"}, {"timeline_json", timeline_json},
                         {"time_unit", "the file's (seconds for a measured timeline)"}};
       show(t, heading, "time", json, out);

@@ -68,11 +68,11 @@ Trainer3D::Trainer3D(const GPT2& full, const ProcessGrid& grid, Options3D option
       zero::master_weights(options.precision, options.optimizer) ? torch::kBFloat16 : full->wte->weight.scalar_type();
   shape_.ranks = grid.shape.pp;
   shape_.microbatches = options.microbatches;
-  shape_.chunks = options.virtual_chunks;
+  shape_.virtual_chunks = options.virtual_chunks;
   pp::check_shape(options.schedule, shape_);
   pp::check_blocks_fit(cfg.n_layer, shape_);
   schedule_ = pp::make_schedule(options.schedule, shape_)[static_cast<size_t>(grid.coords.pp)];
-  for (int64_t c = 0; c < shape_.chunks; ++c) {
+  for (int64_t c = 0; c < shape_.virtual_chunks; ++c) {
     const int64_t s = pp::virtual_stage(shape_, grid.coords.pp, c);
     if (grid.shape.tp == 1) {  // Problem 3's stage: copies of full's parameters, then the type
       pp::StageModule stage(full, s, shape_.stages());

@@ -43,8 +43,8 @@ enum class ScheduleKind { GPipe, OneFOneB, Interleaved };
 struct PipelineShape {
   int64_t ranks = 1;         // p
   int64_t microbatches = 1;  // m
-  int64_t chunks = 1;        // v (model chunks per rank; > 1 only for Interleaved)
-  int64_t stages() const { return ranks * chunks; }  // S = v * p virtual stages
+  int64_t virtual_chunks = 1;  // v (model chunks per rank; > 1 only for Interleaved)
+  int64_t stages() const { return ranks * virtual_chunks; }  // S = v * p virtual stages
 };
 
 // Virtual stage of chunk c on rank r: c * p + r. Its rank: s % p; its chunk: s / p.

@@ -12,10 +12,10 @@ namespace kit::pp {
 
 Executor::Executor(std::vector<StageModule> chunks, const PipelineShape& shape, int64_t rank, P2P& p2p)
     : chunks_(std::move(chunks)), shape_(shape), rank_(rank), p2p_(p2p) {
-  if (static_cast<int64_t>(chunks_.size()) != shape_.chunks)
+  if (static_cast<int64_t>(chunks_.size()) != shape_.virtual_chunks)
     throw Error("Executor: rank " + std::to_string(rank) + " got " + std::to_string(chunks_.size()) +
-                " model chunks for a pipeline of " + std::to_string(shape_.chunks) + " chunks per rank");
-  for (int64_t c = 0; c < shape_.chunks; ++c)
+                " model chunks for a pipeline of " + std::to_string(shape_.virtual_chunks) + " chunks per rank");
+  for (int64_t c = 0; c < shape_.virtual_chunks; ++c)
     if (chunks_[static_cast<size_t>(c)]->stage() != virtual_stage(shape_, rank_, c))
       throw Error("Executor: rank " + std::to_string(rank) + "'s chunk " + std::to_string(c) + " is stage " +
                   std::to_string(chunks_[static_cast<size_t>(c)]->stage()) + ", expected " +
@@ -43,10 +43,10 @@ BatchResult run_actions(const RankSchedule& schedule, const PipelineShape& shape
   auto since_start = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
   for (size_t k = 0; k < schedule.size(); ++k) {
     const Action& a = schedule[k];
-    if (a.chunk < 0 || a.chunk >= shape.chunks || a.microbatch < 0 || a.microbatch >= shape.microbatches)
+    if (a.chunk < 0 || a.chunk >= shape.virtual_chunks || a.microbatch < 0 || a.microbatch >= shape.microbatches)
       throw Error("rank " + std::to_string(rank) + ", action " + std::to_string(k) + " (" + to_string(a) + "): " +
                   unit + " must be in 0.." + std::to_string(shape.microbatches - 1) + " and chunk in 0.." +
-                  std::to_string(shape.chunks - 1));
+                  std::to_string(shape.virtual_chunks - 1));
     if (on_action) on_action(k, a);
     ActionTime t;
     t.action = a;

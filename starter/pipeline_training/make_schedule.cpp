@@ -11,12 +11,12 @@ namespace kit::pp {
 
 void check_shape(ScheduleKind kind, const PipelineShape& shape) {
   const std::string p = std::to_string(shape.ranks), m = std::to_string(shape.microbatches),
-                    v = std::to_string(shape.chunks), name = to_string(kind);
+                    v = std::to_string(shape.virtual_chunks), name = to_string(kind);
   if (shape.ranks < 1) throw Error("pipeline ranks p = " + p + ": need at least 1 rank");
   if (shape.microbatches < 1) throw Error("micro-batches m = " + m + ": need at least 1 micro-batch");
-  if (shape.chunks < 1) throw Error("chunks per rank v = " + v + ": need at least 1 chunk");
+  if (shape.virtual_chunks < 1) throw Error("chunks per rank v = " + v + ": need at least 1 chunk");
   if (kind != ScheduleKind::Interleaved) {
-    if (shape.chunks != 1)
+    if (shape.virtual_chunks != 1)
       throw Error("chunks per rank v = " + v + " with the " + name +
                   " schedule: only the interleaved schedule places several chunks on a rank; use v = 1 "
                   "or --kind interleaved");
@@ -30,7 +30,7 @@ void check_shape(ScheduleKind kind, const PipelineShape& shape) {
                 ": use m = " + (below > 0 ? std::to_string(below) + " or " : std::string()) +
                 std::to_string(above) + ", or the 1f1b schedule");
   }
-  if (shape.ranks > 1 && shape.chunks < 2)
+  if (shape.ranks > 1 && shape.virtual_chunks < 2)
     throw Error("interleaved schedule with v = " + v +
                 " chunk per rank is plain 1F1B: use v >= 2 chunks per rank, or the 1f1b schedule");
 }
@@ -43,7 +43,7 @@ Schedules make_schedule(ScheduleKind kind, const PipelineShape& shape) {
       case ScheduleKind::GPipe: all.push_back(gpipe_schedule(shape.ranks, shape.microbatches, r)); break;
       case ScheduleKind::OneFOneB: all.push_back(one_f_one_b_schedule(shape.ranks, shape.microbatches, r)); break;
       case ScheduleKind::Interleaved:
-        all.push_back(interleaved_schedule(shape.ranks, shape.microbatches, shape.chunks, r));
+        all.push_back(interleaved_schedule(shape.ranks, shape.microbatches, shape.virtual_chunks, r));
         break;
     }
   }

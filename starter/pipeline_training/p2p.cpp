@@ -209,7 +209,7 @@ P2P::P2P(const PipelineShape& shape, int64_t rank, torch::TensorOptions options)
 
 P2P::P2P(const PipelineShape& shape, int64_t rank, torch::TensorOptions options, std::vector<int> world_ranks)
     : impl_(new Impl) {
-  if (shape.ranks < 1 || shape.microbatches < 1 || shape.chunks < 1)
+  if (shape.ranks < 1 || shape.microbatches < 1 || shape.virtual_chunks < 1)
     throw Error("P2P: the pipeline needs at least 1 rank, 1 micro-batch and 1 chunk per rank");
   if (rank < 0 || rank >= shape.ranks)
     throw Error("P2P: rank " + std::to_string(rank) + " is outside 0.." + std::to_string(shape.ranks - 1));

@@ -127,7 +127,7 @@ void Costs::check(const PipelineShape& shape) const {
 }
 
 void check_complete(const Schedules& schedules, const PipelineShape& shape) {
-  const int64_t p = shape.ranks, m = shape.microbatches, v = shape.chunks;
+  const int64_t p = shape.ranks, m = shape.microbatches, v = shape.virtual_chunks;
   if (p < 1 || m < 1 || v < 1)
     throw Error("pipeline shape p = " + std::to_string(p) + ", m = " + std::to_string(m) + ", v = " +
                 std::to_string(v) + ": all must be >= 1");
@@ -201,8 +201,8 @@ Timeline simulate(const Schedules& schedules, const PipelineShape& shape, const 
         const int64_t stage = virtual_stage(shape, r, a.chunk);
         const double start = ready_at(r, a, stage);
         if (start == kNotDone) break;  // waits for another rank (or for itself: a deadlock)
-        const double cost = a.op == Op::Forward ? costs.forward_of(stage, shape.chunks)
-                                                : costs.backward_of(stage, shape.chunks);
+        const double cost = a.op == Op::Forward ? costs.forward_of(stage, shape.virtual_chunks)
+                                                : costs.backward_of(stage, shape.virtual_chunks);
         t.ranks[static_cast<size_t>(r)].push_back({a, stage, start, start + cost});
         done.at(a.op, a.microbatch, stage) = start + cost;
         free_at[static_cast<size_t>(r)] = start + cost;
@@ -287,14 +287,14 @@ nlohmann::json timeline_to_json(const Timeline& t) {
     rows.push_back(r);
   }
   return {{"ranks", t.shape.ranks},       {"microbatches", t.shape.microbatches},
-          {"chunks", t.shape.chunks},     {"makespan", t.makespan},
+          {"virtual_chunks", t.shape.virtual_chunks}, {"makespan", t.makespan},
           {"bubble_fraction", t.bubble_fraction}, {"peak_in_flight", t.peak_in_flight},
           {"timeline", rows}};
 }
 
 Timeline timeline_from_json(const nlohmann::json& j) {
   const std::string what = "timeline JSON";
-  if (!j.is_object()) throw Error(what + " is not an object: expected {\"ranks\", \"microbatches\", \"chunks\", \"timeline\"}");
+  if (!j.is_object()) throw Error(what + " is not an object: expected {\"ranks\", \"microbatches\", \"virtual_chunks\", \"timeline\"}");
   const auto count = [&](const char* key, bool required) -> int64_t {
     if (!j.contains(key)) {
       if (required) throw Error(what + " has no \"" + key + "\"");
@@ -305,7 +305,7 @@ Timeline timeline_from_json(const nlohmann::json& j) {
     return j[key].get<int64_t>();
   };
   Timeline t;
-  t.shape = {count("ranks", true), count("microbatches", true), count("chunks", false)};
+  t.shape = {count("ranks", true), count("microbatches", true), count("virtual_chunks", false)};
   if (!j.contains("timeline") || !j["timeline"].is_array() ||
       static_cast<int64_t>(j["timeline"].size()) != t.shape.ranks)
     throw Error(what + ": \"timeline\" must be an array with one list of actions per rank (" +

@@ -72,7 +72,7 @@ Timeline simulate(const Schedules& schedules, const PipelineShape& shape, const 
 // bubble and peak in-flight per rank.
 std::string format_timeline(const Timeline& t);
 
-// {"ranks": p, "microbatches": m, "chunks": v, "makespan": .., "bubble_fraction": ..,
+// {"ranks": p, "microbatches": m, "virtual_chunks": v, "makespan": .., "bubble_fraction": ..,
 //  "peak_in_flight": [...], "timeline": [[{"op","microbatch","chunk","stage","start","end"}, ...], ...]}
 nlohmann::json timeline_to_json(const Timeline& t);
 Timeline timeline_from_json(const nlohmann::json& j);  // kit::Error naming what is wrong

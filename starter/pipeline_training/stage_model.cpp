@@ -153,7 +153,7 @@ void check_blocks_fit(int64_t n_layer, const PipelineShape& shape) {
   if (n_layer < S)
     throw Error("the model has " + std::to_string(n_layer) + " transformer blocks but the pipeline has " +
                 std::to_string(S) + " virtual stages (" + std::to_string(shape.ranks) + " ranks x " +
-                std::to_string(shape.chunks) + " chunks): every stage needs at least one block. Use --n-layer " +
+                std::to_string(shape.virtual_chunks) + " chunks): every stage needs at least one block. Use --n-layer " +
                 std::to_string(S) + " (or more), or fewer stages / --virtual chunks");
 }
 
@@ -163,7 +163,7 @@ std::vector<StageModule> build_rank_chunks(const GPT2& full, const PipelineShape
   if (rank < 0 || rank >= shape.ranks)
     throw Error("rank " + std::to_string(rank) + " is outside 0.." + std::to_string(shape.ranks - 1));
   std::vector<StageModule> chunks;
-  for (int64_t c = 0; c < shape.chunks; ++c) chunks.emplace_back(full, virtual_stage(shape, rank, c), S);
+  for (int64_t c = 0; c < shape.virtual_chunks; ++c) chunks.emplace_back(full, virtual_stage(shape, rank, c), S);
   return chunks;
 }
 

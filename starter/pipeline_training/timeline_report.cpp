@@ -33,8 +33,8 @@ std::string simulated_heading(ScheduleKind kind, const PipelineShape& shape, con
   else
     std::snprintf(c, sizeof c, "per-stage F and B, comm = %g", costs.comm);
   return to_string(kind) + " schedule: p = " + std::to_string(shape.ranks) + " ranks, m = " +
-         std::to_string(shape.microbatches) + " micro-batches, v = " + std::to_string(shape.chunks) + " chunk" +
-         (shape.chunks == 1 ? "" : "s") + " per rank (" + c + ")";
+         std::to_string(shape.microbatches) + " micro-batches, v = " + std::to_string(shape.virtual_chunks) + " chunk" +
+         (shape.virtual_chunks == 1 ? "" : "s") + " per rank (" + c + ")";
 }
 
 void write_timeline_trace(const Timeline& t, const std::string& path, const nlohmann::json& info,

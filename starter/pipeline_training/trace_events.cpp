@@ -46,20 +46,20 @@ std::string trace_name(const Action& a, const ActionNaming& naming) {
     name += " mb" + std::to_string(a.microbatch / naming.slices) + " s" + std::to_string(a.microbatch % naming.slices);
   else
     name += " mb" + std::to_string(a.microbatch);
-  if (naming.chunks > 1) name += " c" + std::to_string(a.chunk);
+  if (naming.virtual_chunks > 1) name += " c" + std::to_string(a.chunk);
   return name;
 }
 
 trace::Trace timeline_trace(const Timeline& t) {
   trace::Trace out;
-  const ActionNaming naming{t.shape.chunks, 1};
+  const ActionNaming naming{t.shape.virtual_chunks, 1};
   for (int64_t r = 0; r < static_cast<int64_t>(t.ranks.size()); ++r) {
     out.tracks.push_back({r, "rank " + std::to_string(r)});
     for (const TimedAction& a : t.ranks[static_cast<size_t>(r)])
       out.events.push_back(action_event(a.action, a.stage, r, a.start, a.end, naming));
   }
   out.other = {{"ranks", t.shape.ranks},     {"microbatches", t.shape.microbatches},
-               {"chunks", t.shape.chunks},   {"makespan", t.makespan},
+               {"virtual_chunks", t.shape.virtual_chunks}, {"makespan", t.makespan},
                {"bubble_fraction", t.bubble_fraction}};
   return out;
 }

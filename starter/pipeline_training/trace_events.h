@@ -24,7 +24,7 @@ struct BatchResult;  // pipeline_training/executor.h
 
 // How an action's micro-batch number reads: TeraPipe's unit i * n + s when slices = n > 1.
 struct ActionNaming {
-  int64_t chunks = 1;  // v: name the chunk when > 1
+  int64_t virtual_chunks = 1;  // v: name the chunk when > 1
   int64_t slices = 1;  // n: TeraPipe's slices per micro-batch
 };
 

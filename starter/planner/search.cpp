@@ -153,7 +153,7 @@ Cost strategy_cost(const Cluster& cluster, const ModelSpec& model, const Workloa
   c.contention = 1;
   // A pipeline keeps its stages busy 1 - bubble of the step: on average that share of the
   // ranks compute at once.
-  c.bubble = bubble_fraction(s.pp, c.micro_batches, s.schedule, s.chunks);
+  c.bubble = bubble_fraction(s.pp, c.micro_batches, s.schedule, s.virtual_chunks);
   double room = std::numeric_limits<double>::infinity();
   for (int64_t j = 0; j < s.pp; ++j) {
     const int64_t first = b[static_cast<size_t>(j)], last = b[static_cast<size_t>(j + 1)];
@@ -195,7 +195,7 @@ Cost strategy_cost(const Cluster& cluster, const ModelSpec& model, const Workloa
     }
   }
   c.fits = room >= 0;
-  c.pipeline = pipeline_seconds(c.stage_seconds, c.micro_batches, s.schedule, s.chunks);
+  c.pipeline = pipeline_seconds(c.stage_seconds, c.micro_batches, s.schedule, s.virtual_chunks);
   c.total = c.pipeline + c.optimizer + c.data;
   return c;
 }
@@ -227,8 +227,8 @@ std::vector<Cost> search(const Cluster& cluster, const ModelSpec& model, const W
               const int64_t m = work.global_batch / (dp * mb);
               if (o.micro_batches > 0 && m != o.micro_batches) continue;
               if (sched == Schedule::interleaved) {
-                s.chunks = o.interleaved_chunks;
-                if (pp == 1 || m % pp != 0 || pp * s.chunks > layers) continue;  // Megatron's conditions
+                s.virtual_chunks = o.interleaved_chunks;
+                if (pp == 1 || m % pp != 0 || pp * s.virtual_chunks > layers) continue;  // Megatron's conditions
               } else if (sched == Schedule::gpipe && pp == 1 &&
                          std::find(o.schedules.begin(), o.schedules.end(), Schedule::one_f_one_b) !=
                              o.schedules.end()) {
@@ -261,7 +261,7 @@ nlohmann::json to_json(const Cost& c) {
           {"micro_batch", s.micro_batch},
           {"micro_batches", c.micro_batches},
           {"schedule", schedule_name(s.schedule)},
-          {"chunks", s.chunks},
+          {"virtual_chunks", s.virtual_chunks},
           {"zero_stage", s.zero_stage},
           {"recompute", s.recompute},
           {"layers_per_stage", s.layers_per_stage},

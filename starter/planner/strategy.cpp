@@ -23,7 +23,7 @@ Schedule schedule_from_name(const std::string& name) {
 std::string Strategy::label() const {
   std::string l = "d=" + std::to_string(dp) + " p=" + std::to_string(pp) + " t=" + std::to_string(tp) +
                   " mb=" + std::to_string(micro_batch) + " " + schedule_name(schedule);
-  if (schedule == Schedule::interleaved) l += " v=" + std::to_string(chunks);
+  if (schedule == Schedule::interleaved) l += " v=" + std::to_string(virtual_chunks);
   if (zero_stage > 0) l += " zero" + std::to_string(zero_stage);
   if (recompute) l += " rc";
   return l;

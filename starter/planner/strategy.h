@@ -20,7 +20,7 @@ struct Strategy {
   int64_t dp = 1, pp = 1, tp = 1;
   int64_t micro_batch = 1;  // sequences per micro-batch on one replica
   Schedule schedule = Schedule::one_f_one_b;
-  int64_t chunks = 1;       // model chunks per rank (interleaved only: Megatron's v)
+  int64_t virtual_chunks = 1;  // model chunks per rank (interleaved only: Megatron's v)
   int zero_stage = 0;       // 0: plain data parallel; 1: optimizer state sharded; 2: and gradients
   bool recompute = false;   // activation recomputation (Problem 6.3): a stage keeps only each
                             // layer's input and runs the forward again in the backward

@@ -34,7 +34,7 @@ std::vector<SlicedStage> build_sliced_stages(const GPT2& full, const pp::Pipelin
   pp::build_rank_chunks(full, shape, rank);  // its checks (blocks per stage, rank), with their messages
   std::vector<SlicedStage> stages;
   const auto like = full->parameters().front();
-  for (int64_t c = 0; c < shape.chunks; ++c) {
+  for (int64_t c = 0; c < shape.virtual_chunks; ++c) {
     stages.emplace_back(full, pp::virtual_stage(shape, rank, c), shape.stages());
     stages.back()->to(like.device(), like.scalar_type());  // the full model's dtype (tests run float64)
   }
@@ -51,18 +51,18 @@ pp::RankSchedule make_sliced_schedule(const pp::PipelineShape& shape, int64_t sl
   if (slices < 1 || shape.microbatches < 1 || shape.microbatches % slices != 0)
     throw Error("make_sliced_schedule: " + std::to_string(shape.microbatches) + " units are not whole micro-batches of " +
                 std::to_string(slices) + " slices: the shape's microbatches must be m * n");
-  if (shape.chunks < 1 || rank < 0 || rank >= shape.ranks)
+  if (shape.virtual_chunks < 1 || rank < 0 || rank >= shape.ranks)
     throw Error("make_sliced_schedule: rank " + std::to_string(rank) + " is outside 0.." +
                 std::to_string(shape.ranks - 1) + ", or fewer than 1 stage per rank");
-  return sliced_schedule(shape.microbatches / slices, slices, shape.chunks);
+  return sliced_schedule(shape.microbatches / slices, slices, shape.virtual_chunks);
 }
 
 SlicedExecutor::SlicedExecutor(std::vector<SlicedStage> stages, const pp::PipelineShape& shape,
                                std::vector<int64_t> lengths, int64_t rank, pp::P2P& p2p)
     : stages_(std::move(stages)), shape_(shape), lengths_(std::move(lengths)), rank_(rank), p2p_(p2p) {
-  if (static_cast<int64_t>(stages_.size()) != shape_.chunks)
+  if (static_cast<int64_t>(stages_.size()) != shape_.virtual_chunks)
     throw Error("SlicedExecutor: rank " + std::to_string(rank) + " got " + std::to_string(stages_.size()) +
-                " stages for " + std::to_string(shape_.chunks) + " per rank");
+                " stages for " + std::to_string(shape_.virtual_chunks) + " per rank");
   if (lengths_.empty() || shape_.microbatches % n() != 0)
     throw Error("SlicedExecutor: " + std::to_string(shape_.microbatches) + " units are not whole micro-batches of " +
                 std::to_string(lengths_.size()) + " slices (" + to_string(lengths_) + ")");

@@ -74,7 +74,7 @@ struct KeptSlice {
 pp::RankSchedule sliced_schedule(int64_t microbatches, int64_t slices, int64_t chunks);
 
 // Given: checks the shape (shape.microbatches = m * n units, rank in range; kit::Error naming
-// the fix otherwise), then sliced_schedule(m, n, shape.chunks).
+// the fix otherwise), then sliced_schedule(m, n, shape.virtual_chunks).
 pp::RankSchedule make_sliced_schedule(const pp::PipelineShape& shape, int64_t slices, int64_t rank);
 
 class SlicedExecutor {

@@ -230,7 +230,7 @@ TEST(Simulator, TimelineJsonRoundTrips) {
   const Timeline t = kit::pp::simulate(pp_test::ref_all_interleaved(2, 4, 2), {2, 4, 2}, costs(1, 2, 0.25));
   const nlohmann::json j = kit::pp::timeline_to_json(t);
   EXPECT_EQ(j["ranks"], 2);
-  EXPECT_EQ(j["chunks"], 2);
+  EXPECT_EQ(j["virtual_chunks"], 2);
   const Timeline back = kit::pp::timeline_from_json(nlohmann::json::parse(j.dump()));
   EXPECT_EQ(kit::pp::timeline_to_json(back), j);
   EXPECT_DOUBLE_EQ(back.makespan, t.makespan);

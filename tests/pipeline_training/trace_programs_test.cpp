@@ -56,7 +56,7 @@ void expect_schedule_trace(const std::string& kind, const kit::pp::PipelineShape
         const std::string path = dir / "trace.json";
         const auto r = kit_test::run_kit_program({kit_test::build_program("schedule"), "--kind", kind, "-p",
                                                  std::to_string(shape.ranks), "-m", std::to_string(shape.microbatches),
-                                                 "-v", std::to_string(shape.chunks), "--trace", path},
+                                                 "-v", std::to_string(shape.virtual_chunks), "--trace", path},
                                                 dir / "run.log", {}, 30);
         out.put("exitcode", r.exitcode);
         out.put("run", kit_test::describe_run(r));
@@ -78,13 +78,13 @@ void expect_schedule_trace(const std::string& kind, const kit::pp::PipelineShape
     SCOPED_TRACE("rank " + std::to_string(rank));
     EXPECT_EQ(names.at(rank), "rank " + std::to_string(rank));
     const auto& got = tracks.at(rank);
-    const int64_t actions = shape.microbatches * shape.chunks;
+    const int64_t actions = shape.microbatches * shape.virtual_chunks;
     EXPECT_EQ(std::count_if(got.begin(), got.end(), [](const json& e) { return e["cat"] == "forward"; }), actions);
     EXPECT_EQ(std::count_if(got.begin(), got.end(), [](const json& e) { return e["cat"] == "backward"; }), actions);
     const auto& row = want.ranks[static_cast<size_t>(rank)];
     ASSERT_EQ(got.size(), row.size());
     for (size_t i = 0; i < row.size(); ++i) {
-      EXPECT_EQ(got[i]["name"], kit::pp::trace_name(row[i].action, {shape.chunks, 1})) << "action " << i;
+      EXPECT_EQ(got[i]["name"], kit::pp::trace_name(row[i].action, {shape.virtual_chunks, 1})) << "action " << i;
       EXPECT_NEAR(got[i]["ts"].get<double>(), row[i].start * 1e6, 1e-3) << got[i].dump();
       EXPECT_NEAR(got[i]["dur"].get<double>(), (row[i].end - row[i].start) * 1e6, 1e-3) << got[i].dump();
       EXPECT_EQ(got[i]["args"]["microbatch"], row[i].action.microbatch);

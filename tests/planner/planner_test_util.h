@@ -78,7 +78,7 @@ struct Codec<kit::planner::Strategy> {
     planner_codec::add(&v, "tp", s.tp);
     planner_codec::add(&v, "micro_batch", s.micro_batch);
     planner_codec::add(&v, "schedule", static_cast<int64_t>(s.schedule));
-    planner_codec::add(&v, "chunks", s.chunks);
+    planner_codec::add(&v, "virtual_chunks", s.virtual_chunks);
     planner_codec::add(&v, "zero_stage", s.zero_stage);
     planner_codec::add(&v, "recompute", s.recompute);
     planner_codec::add(&v, "layers_per_stage", s.layers_per_stage);
@@ -88,7 +88,7 @@ struct Codec<kit::planner::Strategy> {
     int64_t schedule = -1;
     if (!(planner_codec::field(v, "dp", &out->dp) && planner_codec::field(v, "pp", &out->pp) &&
           planner_codec::field(v, "tp", &out->tp) && planner_codec::field(v, "micro_batch", &out->micro_batch) &&
-          planner_codec::field(v, "schedule", &schedule) && planner_codec::field(v, "chunks", &out->chunks) &&
+          planner_codec::field(v, "schedule", &schedule) && planner_codec::field(v, "virtual_chunks", &out->virtual_chunks) &&
           planner_codec::field(v, "zero_stage", &out->zero_stage) &&
           planner_codec::field(v, "recompute", &out->recompute) &&
           planner_codec::field(v, "layers_per_stage", &out->layers_per_stage)))

@@ -264,7 +264,7 @@ TEST(PlannerCost, MemoryOfALaterLayerOnFourTensorRanksInterleaved) {
   // interleaved with v = 2, 8 tokens per micro-batch, m = 8.
   const pl::ModelSpec m = two_layers();
   pl::Strategy s;
-  s.dp = 1, s.pp = 4, s.tp = 4, s.schedule = pl::Schedule::interleaved, s.chunks = 2;
+  s.dp = 1, s.pp = 4, s.tp = 4, s.schedule = pl::Schedule::interleaved, s.virtual_chunks = 2;
   pl::Strategy zero = s;
   zero.dp = 4, zero.zero_stage = 2;  // the moments and the gradients sharded over d = 4
   const judge::Record got = judge::subject([&](judge::Record& out) {
