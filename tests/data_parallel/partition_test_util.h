@@ -4,7 +4,12 @@
 // as data (PartView), what a subject part records of the student's Partition for its judge
 // (tests/judge/judge.h).
 #pragma once
+#include <gtest/gtest.h>
+
+#include <map>
 #include <memory>
+#include <set>
+#include <string>
 #include <vector>
 
 #include "data/dataset.h"
@@ -53,6 +58,61 @@ inline PartView view_of(const kit::Partition& part) {
   v.index = part.index();
   if (v.size == static_cast<int64_t>(v.index.size())) v.values = values_of(part);
   return v;
+}
+
+// "" when the ranks' example sets are disjoint, each of `each` examples, every value one of
+// the n examples (index_base + i); else the first problem.
+inline std::string check_disjoint(const std::vector<std::vector<int64_t>>& per_rank, int64_t n, int64_t each,
+                                  int64_t index_base) {
+  std::map<int64_t, size_t> owner;
+  for (size_t r = 0; r < per_rank.size(); ++r) {
+    if (static_cast<int64_t>(per_rank[r].size()) != each)
+      return "rank " + std::to_string(r) + " got " + std::to_string(per_rank[r].size()) + " examples, expected " +
+             std::to_string(each) + " (floor(n / world_size))";
+    for (int64_t v : per_rank[r]) {
+      if (v < index_base || v >= index_base + n)
+        return "rank " + std::to_string(r) + " serves example index " + std::to_string(v) + ", which is not in the data";
+      auto [it, fresh] = owner.emplace(v, r);
+      if (!fresh)
+        return "example " + std::to_string(v - index_base) + " is in the partitions of rank " +
+               std::to_string(it->second) + " and rank " + std::to_string(r) +
+               ": partitions must not overlap (each rank must see different data)";
+    }
+  }
+  return "";
+}
+
+// A subject part's record of a DataPartitioner cut into `expected` shares: num_partitions,
+// and, when there are that many, each partition's size and example indices.
+inline void record_partitions(kit::judge::Record& out, kit::DataPartitioner& p, int64_t expected) {
+  out.put("num_partitions", p.num_partitions());
+  if (p.num_partitions() != expected) return;
+  std::vector<int64_t> sizes;
+  std::vector<std::vector<int64_t>> parts;
+  for (int64_t k = 0; k < expected; ++k) {
+    sizes.push_back(p.use(k).size());
+    parts.push_back(values_of(p.use(k)));
+  }
+  out.put("sizes", sizes);
+  out.put("parts", parts);
+}
+
+// The judge's reading of record_partitions: exactly `sizes` (floor of each share), the
+// partitions' examples all distinct.
+inline void expect_cut(const kit::judge::Record& got, const std::vector<int64_t>& sizes) {
+  const auto want = static_cast<int64_t>(sizes.size());
+  ASSERT_EQ(got.get<int64_t>("num_partitions"), want);
+  const auto got_sizes = got.get<std::vector<int64_t>>("sizes");
+  const auto parts = got.get<std::vector<std::vector<int64_t>>>("parts");
+  ASSERT_TRUE(static_cast<int64_t>(got_sizes.size()) == want && static_cast<int64_t>(parts.size()) == want);
+  EXPECT_EQ(got_sizes, sizes) << "floor(size x n) examples per partition";
+  std::set<int64_t> all;
+  int64_t total = 0;
+  for (const auto& v : parts) {
+    all.insert(v.begin(), v.end());
+    total += static_cast<int64_t>(v.size());
+  }
+  EXPECT_EQ(static_cast<int64_t>(all.size()), total) << "partitions overlap";
 }
 
 }  // namespace partition_test

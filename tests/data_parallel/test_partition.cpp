@@ -25,6 +25,8 @@ namespace judge = kit::judge;
 constexpr int64_t kIndexBase = 1000;  // example i carries index 1000 + i, so values differ from positions
 
 using partition_test::PartView;
+using partition_test::record_partitions;
+using partition_test::expect_cut;
 using partition_test::values_of;
 using partition_test::view_of;
 
@@ -39,27 +41,6 @@ std::string describe(const std::vector<int64_t>& v, size_t max_items = 12) {
   if (v.size() > max_items) s << ", ... (" << v.size() << " items)";
   s << "]";
   return s.str();
-}
-
-// Checks that the ranks' example sets are disjoint, each of `expected_each` examples, every
-// value a real example; returns a message describing the first problem ("" when fine).
-std::string check_disjoint(const std::vector<std::vector<int64_t>>& per_rank, int64_t n, int64_t expected_each) {
-  std::map<int64_t, int> owner;
-  for (size_t r = 0; r < per_rank.size(); ++r) {
-    if (static_cast<int64_t>(per_rank[r].size()) != expected_each)
-      return "rank " + std::to_string(r) + " got " + std::to_string(per_rank[r].size()) + " examples, expected " +
-             std::to_string(expected_each) + " (floor(n / world_size))";
-    for (int64_t v : per_rank[r]) {
-      if (v < kIndexBase || v >= kIndexBase + n)
-        return "rank " + std::to_string(r) + " serves example index " + std::to_string(v) + ", which is not in the data";
-      auto [it, fresh] = owner.emplace(v, static_cast<int>(r));
-      if (!fresh)
-        return "example " + std::to_string(v - kIndexBase) + " is in the partitions of rank " +
-               std::to_string(it->second) + " and rank " + std::to_string(r) +
-               ": partitions must not overlap (each rank must see different data)";
-    }
-  }
-  return "";
 }
 
 // The judge's reading of one outcome: a kit::Error (with a message) was thrown.
@@ -118,7 +99,7 @@ TEST(DataPartitioner, EqualSplitsAreDisjointAndCoverWhatTheSizesPromise) {
       per_rank.push_back(part.values);
     }
     ASSERT_EQ(per_rank.size(), static_cast<size_t>(c.world));
-    const std::string problem = check_disjoint(per_rank, c.n, c.n / c.world);
+    const std::string problem = partition_test::check_disjoint(per_rank, c.n, c.n / c.world, kIndexBase);
     EXPECT_EQ(problem, "");
     std::set<int64_t> all;
     for (const auto& v : per_rank) all.insert(v.begin(), v.end());
@@ -186,28 +167,10 @@ TEST(DataPartitioner, DefaultSizesCutFloorOfEachShareAndDropTheRest) {
   // {0.7, 0.2, 0.1} of 15: floor(10.5) = 10, floor(3) = 3, floor(1.5) = 1; one example unused.
   const judge::Record got = judge::subject([&](judge::Record& out) {
     kit::DataPartitioner p(fake(15));
-    out.put("num_partitions", p.num_partitions());
-    if (p.num_partitions() != 3) return;
-    std::vector<int64_t> sizes;
-    std::vector<std::vector<int64_t>> parts;
-    for (int64_t k = 0; k < 3; ++k) {
-      sizes.push_back(p.use(k).size());
-      parts.push_back(values_of(p.use(k)));
-    }
-    out.put("sizes", sizes);
-    out.put("parts", parts);
+    record_partitions(out, p, 3);
   });
   if (!judge::judging()) return;
-  ASSERT_EQ(got.get<int64_t>("num_partitions"), 3);
-  const auto sizes = got.get<std::vector<int64_t>>("sizes");
-  const auto parts = got.get<std::vector<std::vector<int64_t>>>("parts");
-  ASSERT_TRUE(sizes.size() == 3 && parts.size() == 3);
-  EXPECT_EQ(sizes[0], 10);
-  EXPECT_EQ(sizes[1], 3);
-  EXPECT_EQ(sizes[2], 1);
-  std::set<int64_t> all;
-  for (const auto& v : parts) all.insert(v.begin(), v.end());
-  EXPECT_EQ(all.size(), 14u) << "partitions overlap";
+  expect_cut(got, {10, 3, 1});
 }
 
 TEST(DataPartitioner, AZeroSizeIsAnEmptyPartition) {
@@ -318,7 +281,7 @@ TEST(PartitionDataset, EachRankGetsItsShareInBatchesOfBatchSizeOverWorldSize) {
       // The loader serves partition `rank` of the default-seeded partitioner, in order.
       EXPECT_EQ(seen[r], reference[r]) << "rank " << r << " does not serve DataPartitioner(...).use(rank)";
     }
-    EXPECT_EQ(check_disjoint(seen, c.n, c.n / c.world), "");
+    EXPECT_EQ(partition_test::check_disjoint(seen, c.n, c.n / c.world, kIndexBase), "");
     if (HasFailure()) return;
   }
 }

@@ -23,31 +23,13 @@ constexpr int64_t kIndexBase = 5000;  // example i carries index 5000 + i, so va
 
 namespace judge = kit::judge;
 using partition_test::PartView;
+using partition_test::record_partitions;
+using partition_test::expect_cut;
 using partition_test::values_of;
 using partition_test::view_of;
 
 std::shared_ptr<const kit::ExampleSource> fake(int64_t n) {
   return std::make_shared<partition_test::FakeSource>(n, kIndexBase, 5);
-}
-
-// "" when the ranks' example sets are disjoint, each `each` examples of the data; else the
-// first problem.
-std::string check_disjoint(const std::vector<std::vector<int64_t>>& per_rank, int64_t n, int64_t each) {
-  std::map<int64_t, size_t> owner;
-  for (size_t r = 0; r < per_rank.size(); ++r) {
-    if (static_cast<int64_t>(per_rank[r].size()) != each)
-      return "rank " + std::to_string(r) + " got " + std::to_string(per_rank[r].size()) + " examples, expected " +
-             std::to_string(each) + " (floor(n / world_size))";
-    for (int64_t v : per_rank[r]) {
-      if (v < kIndexBase || v >= kIndexBase + n)
-        return "rank " + std::to_string(r) + " serves example index " + std::to_string(v) + ", which is not in the data";
-      auto [it, fresh] = owner.emplace(v, r);
-      if (!fresh)
-        return "example " + std::to_string(v - kIndexBase) + " is in the partitions of rank " +
-               std::to_string(it->second) + " and rank " + std::to_string(r) + ": partitions must not overlap";
-    }
-  }
-  return "";
 }
 
 // DataPartitioner with `world` equal sizes and `seed`, built once per rank as separate
@@ -92,7 +74,7 @@ void expect_equal_shares(int64_t n, int world, uint64_t seed) {
     per_rank.push_back(part.values);
   }
   ASSERT_EQ(per_rank.size(), static_cast<size_t>(world));
-  EXPECT_EQ(check_disjoint(per_rank, n, n / world), "");
+  EXPECT_EQ(partition_test::check_disjoint(per_rank, n, n / world, kIndexBase), "");
   std::set<int64_t> all;
   for (const auto& v : per_rank) all.insert(v.begin(), v.end());
   EXPECT_EQ(static_cast<int64_t>(all.size()), world * (n / world)) << "the union of the partitions";
@@ -141,28 +123,10 @@ TEST(HiddenDataPartitioner, UnequalSizesCutFloorOfEachShare) {
   // {0.5, 0.3, 0.2} of 37: floor(18.5) = 18, floor(11.1) = 11, floor(7.4) = 7; one unused.
   const judge::Record got = judge::subject([&](judge::Record& out) {
     kit::DataPartitioner p(fake(37), {0.5, 0.3, 0.2}, 99);
-    out.put("num_partitions", p.num_partitions());
-    if (p.num_partitions() != 3) return;
-    std::vector<int64_t> sizes;
-    std::vector<std::vector<int64_t>> parts;
-    for (int64_t k = 0; k < 3; ++k) {
-      sizes.push_back(p.use(k).size());
-      parts.push_back(values_of(p.use(k)));
-    }
-    out.put("sizes", sizes);
-    out.put("parts", parts);
+    record_partitions(out, p, 3);
   });
   if (!judge::judging()) return;
-  ASSERT_EQ(got.get<int64_t>("num_partitions"), 3);
-  const auto sizes = got.get<std::vector<int64_t>>("sizes");
-  const auto parts = got.get<std::vector<std::vector<int64_t>>>("parts");
-  ASSERT_TRUE(sizes.size() == 3 && parts.size() == 3);
-  EXPECT_EQ(sizes[0], 18);
-  EXPECT_EQ(sizes[1], 11);
-  EXPECT_EQ(sizes[2], 7);
-  std::set<int64_t> all;
-  for (const auto& v : parts) all.insert(v.begin(), v.end());
-  EXPECT_EQ(all.size(), 36u) << "partitions overlap";
+  expect_cut(got, {18, 11, 7});
 }
 
 // partition_dataset for every rank of `world`: batches of global_batch / world, the same
@@ -204,7 +168,7 @@ void expect_rank_loaders(int64_t n, int world, int64_t global_batch) {
         << "rank " << r << " has a different number of batches: its all-reduce would wait forever";
     EXPECT_EQ(seen[r], reference[r]) << "rank " << r << " does not serve DataPartitioner(...).use(rank)";
   }
-  EXPECT_EQ(check_disjoint(seen, n, n / world), "");
+  EXPECT_EQ(partition_test::check_disjoint(seen, n, n / world, kIndexBase), "");
 }
 
 TEST(HiddenPartitionDataset, WorldSize3Of100Batch6) { expect_rank_loaders(100, 3, 6); }
