@@ -96,9 +96,7 @@ def main(argv=None) -> int:
     if args.record and not problems:
         CONTRACT.write_text(json.dumps(contract, indent=1) + "\n")
         print(f"recorded {CONTRACT}")
-    for p in problems:
-        print("PROBLEM " + p)
-    print("METRICS_CONTRACT_OK" if not problems else f"{len(problems)} problems")
+    print("\n".join([f"PROBLEM {p}" for p in problems] + [f"{len(problems)} problems" if problems else "METRICS_CONTRACT_OK"]))
     return 1 if problems else 0
 
 
