@@ -172,6 +172,9 @@ TEST(PlannerCost, InterleavedInFlightIsCappedByTheMicroBatches) {
     for (const int64_t stage : {0, 1})
       out.put("in_flight_micro_batches(" + std::to_string(stage) + ", 2, 8, interleaved, 4)",
               pl::in_flight_micro_batches(stage, 2, 8, pl::Schedule::interleaved, 4));
+    for (const int64_t stage : {0, 1, 2})
+      out.put("in_flight_micro_batches(" + std::to_string(stage) + ", 3, 6, interleaved, 2)",
+              pl::in_flight_micro_batches(stage, 3, 6, pl::Schedule::interleaved, 2));
   });
   if (!judge::judging()) return;
   const auto v = [&](const char* call) { return got.get<int64_t>(call); };
@@ -184,6 +187,12 @@ TEST(PlannerCost, InterleavedInFlightIsCappedByTheMicroBatches) {
   // layers each: 2.25, rounded up; rank 1: 6 + 1 = 7 chunks, 1.75: 2.
   EXPECT_EQ(v("in_flight_micro_batches(0, 2, 8, interleaved, 4)"), 3);
   EXPECT_EQ(v("in_flight_micro_batches(1, 2, 8, interleaved, 4)"), 2);
+  // p = 3 (odd), v = 2, m = 6: ranks 0, 1, 2 hold 8, 6 and 4 chunks (schedule --kind interleaved
+  // -p 3 -m 6 -v 2), half their layers each: exactly 4, 3 and 2 micro-batches, rounded up to
+  // nothing more.
+  EXPECT_EQ(v("in_flight_micro_batches(0, 3, 6, interleaved, 2)"), 4);
+  EXPECT_EQ(v("in_flight_micro_batches(1, 3, 6, interleaved, 2)"), 3);
+  EXPECT_EQ(v("in_flight_micro_batches(2, 3, 6, interleaved, 2)"), 2);
 }
 
 TEST(PlannerCost, MicroBatchesInFlightOfEachSchedule) {
