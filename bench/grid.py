@@ -10,7 +10,7 @@
 For every factorisation d x p x t = W (--world-size, default 4: 4,1,1  2,2,1  2,1,2  1,4,1
 1,2,2  1,1,4, data-parallel size first; several W, e.g. --world-size 2 4: those of each W in
 turn; --grids: a list of your own, each of a size among --world-size) and the one-process run
-1,1,1 as the reference, it runs build/run_3d with Gloo, --threads per process, one --schedule
+1,1,1 as the reference, it runs build/train_parallel with Gloo, --threads per process, one --schedule
 (1f1b) with --chunks micro-batches m per replica, on the same global batch (--batch-size rows
 of --seq-len tokens) and the same synthetic batches, --warmup untimed steps then --steps timed
 ones. Dropout is off (--dropout 0), so every grid trains the same model on the same batches and
@@ -66,7 +66,7 @@ summary.json, the input of a planner that predicts these numbers:
     final_loss, loss_max_rel_diff_vs_reference (over every repeat's losses, against the
                             first repeat of the reference with the same preset and m)
     (the memory fields, losses and final_loss: the first repeat's)
-    metrics                 the per-rank metrics files run_3d wrote, the first repeat's
+    metrics                 the per-rank metrics files train_parallel wrote, the first repeat's
                             (OUT/<preset>/dDpPtT/rankR.json; with several m dDpPtTmM; with
                             repeats .../repeatR/rankR.json)
     metrics_per_repeat      those files for every repeat
@@ -88,14 +88,14 @@ from bench_process import (argument_parser, checks_lines, command_line, common_o
 from gnuplot_png import (BAR_STYLE, Summary, bar_panel, draw_figures, figure_options, inline, quote, render_png,
                          stacked, tics)
 
-TARGETS = "run_3d"  # what the runs need built
+TARGETS = "train_parallel"  # what the runs need built
 KINDS = ["data", "tensor", "pipeline", "embedding"]
 LOSS_RTOL = 1e-4
 MIB = 2**20
 
 
 def parse_args(argv=None):
-    ap = argument_parser(__doc__, "run_3d")
+    ap = argument_parser(__doc__, "train_parallel")
     ap.add_argument("--presets", "--preset", nargs="+", default=["cpu-small"], dest="presets")
     ap.add_argument("--world-size", type=int, nargs="+", default=[4],
                     help="W, one or more (e.g. 2 4): every d x p x t = W of each is run")
@@ -183,8 +183,8 @@ def unfit(preset, grid, model, vocab_size):
 
 
 def run_once(args, preset, d, p, t, m, directory):
-    """One run of run_3d: (the metrics files' paths, their contents), rank 0 first."""
-    cmd = [os.path.join(args.build, "run_3d"), "--dp", str(d), "--pp", str(p), "--tp", str(t),
+    """One run of train_parallel: (the metrics files' paths, their contents), rank 0 first."""
+    cmd = [os.path.join(args.build, "train_parallel"), "--dp", str(d), "--pp", str(p), "--tp", str(t),
            "--chunks", str(m), "--schedule", args.schedule, "--preset", preset, "--dropout", "0",
            "--batch-size", str(args.batch_size), "--seq-len", str(args.seq_len), "--vocab-size", str(args.vocab_size),
            "--threads", str(args.threads), "--steps", str(args.warmup + args.steps), "--warmup", str(args.warmup)]
@@ -278,7 +278,7 @@ def profile_round(args, preset, keys, repeat):
                    [t for _, (_, _, t), _ in keys], [args.batch_size // (d * m) for _, (d, _, _), m in keys],
                    args.threads, args.profile_repeats,
                    os.path.join(args.out, "profiles", preset, f"round{repeat + 1}.json"), args.timeout,
-                   "run_3d profile_layers")
+                   "train_parallel profile_layers")
 
 
 def merge_profiles(args):

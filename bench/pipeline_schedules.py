@@ -7,7 +7,7 @@
 With one global batch, sequence length and preset it runs
   - Assignment 1's programs (build/bench): one process (`single`), 2-stage model parallel
     (`mp`) and `Pipe` with m micro-batches (`pp`), all in one process;
-  - build/run_pipeline_training --world-size 2 with the gpipe, 1f1b and interleaved (v = 2)
+  - build/train_parallel --pp 2 with the gpipe, 1f1b and interleaved (v = 2)
     schedules, two processes (Gloo), with --memory and --timeline;
 then, per schedule,
   - the measured step time: the schedule's span, from the first action's start to the
@@ -35,13 +35,13 @@ import sys
 
 from bench_process import argument_parser, command_line, common_options, last_json_line, run, table_head, write_summary
 
-TARGETS = "bench run_pipeline_training schedule plot_figures"  # what the runs need built
+TARGETS = "bench train_parallel schedule plot_figures"  # what the runs need built
 
 SCHEDULES = [("gpipe", "GPipe", 1), ("1f1b", "1F1B", 1), ("interleaved", "interleaved 1F1B (v = 2)", 2)]
 
 
 def parse_args(argv=None):
-    ap = argument_parser(__doc__, "bench, run_pipeline_training, schedule")
+    ap = argument_parser(__doc__, "bench, train_parallel, schedule")
     ap.add_argument("--preset", default="cpu-small")
     ap.add_argument("--batch-size", type=int, default=32, help="the global batch, the same in every run")
     ap.add_argument("--seq-len", type=int, default=128)
@@ -82,7 +82,7 @@ def bench_run(args, config):
 def pipeline_run(args, kind, v):
     d = os.path.join(args.out, kind)
     os.makedirs(d, exist_ok=True)
-    cmd = [os.path.join(args.build, "run_pipeline_training"), "--world-size", str(args.stages), "--schedule", kind,
+    cmd = [os.path.join(args.build, "train_parallel"), "--pp", str(args.stages), "--schedule", kind,
            "--chunks", str(args.chunks), "--virtual", str(v), "--preset", args.preset,
            "--batch-size", str(args.batch_size), "--seq-len", str(args.seq_len), "--threads", str(args.threads),
            "--steps", str(args.warmup + args.steps), "--warmup", str(args.warmup), "--memory", "--no-progress",

@@ -36,8 +36,8 @@ counts m, each measured once or more) and
      them;
   2. predicts every record of the sweep with build/plan on both descriptions of its world
      size: the same model, global batch, sequence length, schedule and micro-batches per
-     replica (the record's m: run_3d's --chunks), only that grid (--grids "d,p,t"), the
-     layers split as run_3d splits them (--even);
+     replica (the record's m: train_parallel's --chunks), only that grid (--grids "d,p,t"), the
+     layers split as train_parallel splits them (--even);
      OUT/predictions/{profiled,flops}/<preset>/dDpPtTmM.json hold plan's answers;
   3. compares, for each: Spearman and Kendall's tau-b of predicted against measured step
      times over all records (average ranks for ties), the predicted rank of the measured

@@ -5,8 +5,8 @@
     python3 bench/recompute.py --preset tiny --n-layer 4 --batch-size 4 --seq-len 16 --vocab-size 64 \\
         --chunks 2 --steps 1 --warmup 1                  # smoke: seconds
 
-For the gpipe, 1f1b and interleaved (v = 2) schedules it runs build/run_pipeline_training
---world-size p (Gloo, one process per rank) with --memory, once without and once with
+For the gpipe, 1f1b and interleaved (v = 2) schedules it runs build/train_parallel
+--pp p (Gloo, one process per rank) with --memory, once without and once with
 --recompute, on one preset, global batch, sequence length and m (pipeline_schedules.py's
 defaults; interleaved needs at least v x p = 4 blocks: cpu-small has 4, tiny needs --n-layer 4),
 and reports per run
@@ -14,7 +14,7 @@ and reports per run
     at its start: the activations saved for backward, messages in flight) and "peak_bytes"
     (kit/memory.h's counting allocator, CPU tensors);
   - the step time: the slowest rank's mean over the timed steps; tokens/s: the slowest rank's;
-  - the losses (the last stage's rank), which recomputation must not change;
+  - the losses (rank 0's: the global batch's loss reaches every rank), which recomputation must not change;
 and checks, each PASS or MISS:
   - losses_equal_<schedule>: the losses with --recompute equal those without, every step,
     within 1e-5 relative (recompute replays the dropout masks; in practice they are identical);
@@ -48,7 +48,7 @@ from bench_process import (argument_parser, checks_lines, command_line, common_o
                            table_head, write_summary)
 from gnuplot_png import BAR_STYLE, draw_figures, figure_options, inline, legend, quote, rgb, summary_figures, tics
 
-TARGETS = "run_pipeline_training"  # what the runs need built
+TARGETS = "train_parallel"  # what the runs need built
 SCHEDULES = [("gpipe", "GPipe", 1), ("1f1b", "1F1B", 1), ("interleaved", "interleaved 1F1B (v = 2)", 2)]
 LOSS_TOLERANCE = 1e-5  # relative, with against without
 KEPT_GOAL = 1 / 3      # kept bytes with / without, every rank (see the top)
@@ -58,7 +58,7 @@ COLOURS = {False: "#4C72B0", True: "#DD8452"}  # without, with --recompute
 
 
 def parse_args(argv=None):
-    ap = argument_parser(__doc__, "run_pipeline_training")
+    ap = argument_parser(__doc__, "train_parallel")
     ap.add_argument("--preset", default="cpu-small")
     ap.add_argument("--n-layer", type=int, default=0, help="blocks (0: the preset's); interleaved needs v x p")
     ap.add_argument("--batch-size", type=int, default=32, help="the global batch, the same in every run")
@@ -75,7 +75,7 @@ def parse_args(argv=None):
 
 
 def pipeline_run(args, kind, v, recompute):
-    cmd = [os.path.join(args.build, "run_pipeline_training"), "--world-size", str(args.stages), "--schedule", kind,
+    cmd = [os.path.join(args.build, "train_parallel"), "--pp", str(args.stages), "--schedule", kind,
            "--chunks", str(args.chunks), "--virtual", str(v), "--preset", args.preset,
            "--batch-size", str(args.batch_size), "--seq-len", str(args.seq_len), "--vocab-size", str(args.vocab_size),
            "--threads", str(args.threads), "--steps", str(args.warmup + args.steps), "--warmup", str(args.warmup),

@@ -17,7 +17,7 @@ OUT=${OUT:-runs/pipeline_training}
 . scripts/job_steps.sh
 start=$(date +%s)
 
-install_and_build 4 bench run_pipeline_training schedule plot_figures
+install_and_build 4 bench train_parallel schedule plot_figures
 
 step "3/4 measure: single, model parallel, Pipe, GPipe, 1F1B, interleaved"
 move_aside "$OUT"   # an earlier job's runs, kept under runs/earlier-<time>/

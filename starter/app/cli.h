@@ -31,7 +31,7 @@ std::string preset_list();
 void add_preset_option(CLI::App& app, RunOptions& opts);
 
 // The options of the programs that train GPT-2 on synthetic tokens across processes
-// (run_pipeline_training, run_tensor_parallel, run_zero, run_terapipe, run_3d); each
+// (train_parallel, run_tensor_parallel, run_zero, run_terapipe); each
 // program's options derive from it and add their own.
 struct SyntheticOptions {
   RunOptions run;
@@ -85,7 +85,7 @@ GPT2Config model_config(const RunOptions& opts);
 int guarded_main(int argc, char** argv, CLI::App& app, const std::function<int()>& body);
 
 // The body of a program that runs as several processes (run_data_parallel,
-// run_pipeline_training, run_tensor_parallel): with no launcher in the environment the
+// train_parallel, run_tensor_parallel): with no launcher in the environment the
 // program is the launcher (`launcher()` starts the ranks); under srun, torchrun-style
 // variables or the kit's own launcher it is one rank (`worker(world)`). A rank that lost a
 // peer exits with dist::kExitPeerLost, so the launcher names the rank that failed first;

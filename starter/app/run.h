@@ -1,5 +1,5 @@
 // The timed run of synthetic steps that the programs of Assignments 2 and 3 share
-// (run_zero, run_tensor_parallel, run_pipeline_training, run_terapipe, run_3d): one rank's
+// (run_zero, run_tensor_parallel, train_parallel, run_terapipe): one rank's
 // part of the run, from joining the process group to writing its metrics. Each program keeps
 // its own step; kit::RankRun is what goes around it:
 //
@@ -70,7 +70,7 @@ class StepTimer {
   void start(int64_t k);
   // At the end of the step: records its seconds since start() and returns them.
   double stop();
-  // Records a step's seconds measured elsewhere (instead of stop(); run_3d: the trainer's).
+  // Records a step's seconds measured elsewhere (instead of stop(); train_parallel: the trainer's).
   void record(double seconds);
   // After the last step: the timed wall clock stops.
   void finish();
@@ -111,7 +111,7 @@ nlohmann::json run_metrics(const std::string& program, const SyntheticOptions& o
                            const StepTimer& timer, int64_t tokens_per_step);
 
 // What one step gives the timed loop: the loss (on the ranks that hold it), and the step's
-// seconds when the step measured them itself (run_3d: the trainer's); negative: the clock's.
+// seconds when the step measured them itself (train_parallel: the trainer's); negative: the clock's.
 struct StepOutcome {
   double loss = 0;
   double seconds = -1;

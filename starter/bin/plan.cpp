@@ -115,7 +115,7 @@ int main(int argc, char** argv) {
       ->capture_default_str()->check(zero_or_more);
   app.add_option("--schedules", o.schedules, "Pipeline schedules to consider: gpipe, 1f1b, interleaved (comma list)")
       ->capture_default_str();
-  app.add_option("--virtual", o.virtual_chunks, "Model chunks per rank v of the interleaved schedule (as run_3d --virtual)")
+  app.add_option("--virtual", o.virtual_chunks, "Model chunks per rank v of the interleaved schedule (as train_parallel --virtual)")
       ->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--zero", o.zero, "ZeRO stages to consider (comma list of 0, 1, 2)")->capture_default_str();
   app.add_option("--recompute", o.recompute,
@@ -125,7 +125,7 @@ int main(int argc, char** argv) {
   app.add_option("--micro-batch-sizes", o.micro_batch_sizes,
                  "Micro-batch sizes (sequences) to consider, comma list (default: every divisor)");
   app.add_option("--micro-batches,--microbatches,--chunks", o.micro_batches,
-                 "Only strategies with this many micro-batches m per replica (as run_3d --micro-batches; 0: any)")
+                 "Only strategies with this many micro-batches m per replica (as train_parallel --micro-batches; 0: any)")
       ->capture_default_str()->check(zero_or_more);
   app.add_option("--grids", o.grids, "Only these d,p,t (space-separated, e.g. \"4,1,1 2,2,1\")");
   app.add_flag("--even", o.even, "Split the layers as the kit's pipelines do instead of by the partition DP");

@@ -83,7 +83,7 @@ int max_tp(const ProfileOptions& o) {
 int rank_main(const ProfileOptions& o, const kit::WorldInfo& me) {
   kit::dist::init_process_group("gloo", me.rank, me.world_size);
   kit::set_threads(o.threads);
-  kit::memory::enable_cpu_counting();  // the allocator the training programs run on (run_3d's)
+  kit::memory::enable_cpu_counting();  // the allocator the training programs run on (train_parallel's)
   const kit::GPT2Config cfg = profiled_config(o);
   const int64_t T = o.run.data.seq_len;
   const int warmup = static_cast<int>(o.warmup), repeats = static_cast<int>(o.repeats);

@@ -91,8 +91,8 @@ int main(int argc, char** argv) {
   auto* v_opt = app.add_option("-v,--virtual", v, "Model chunks v per rank (with --kind interleaved, >= 2; default 2 there)")->capture_default_str();
   // --chunks is the micro-batch count m in the training programs (GPipe's word): refused here.
   kit::refuse_option(app, "--chunks",
-                     "schedule takes the model chunks per rank v as --virtual (-v), as run_3d and "
-                     "run_pipeline_training do, and the micro-batches m as -m; --chunks is m in the training programs");
+                     "schedule takes the model chunks per rank v as --virtual (-v), as train_parallel does, "
+                     "and the micro-batches m as -m; --chunks is m in the training programs");
   auto* f_opt = app.add_option("--forward", costs.forward,
                                "Time of one micro-batch's forward through one rank's share of the model (with "
                                "--kind; one chunk's action costs this / v)")->capture_default_str();

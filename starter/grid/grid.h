@@ -17,6 +17,7 @@
 //   Coordinates c = coordinates_of(rank, s);    // Problem 6.1
 //   auto tp_ranks = group_ranks(GroupKind::Tensor, rank, s);   // Problem 6.1
 //   ProcessGrid grid = make_process_grid(s);    // given: every group as a dist subgroup
+//   ProcessGrid line = make_pipeline_grid(4);   // given: d = t = 1, without Problem 6.1
 #pragma once
 #include <string>
 #include <vector>
@@ -64,6 +65,10 @@ struct ProcessGrid {
   bool is_last_stage() const { return coords.pp == shape.pp - 1; }
 };
 ProcessGrid make_process_grid(const GridShape& shape);
+// Given: Problem 3's world as a grid, one pipeline of `stages` ranks (d = t = 1), built
+// without Problem 6.1's functions, so that a pipeline alone runs on the grid's trainer in a
+// bundle that has none of Problem 6 yet.
+ProcessGrid make_pipeline_grid(int stages);
 
 // Given: the node that holds `rank` when a node has gpus_per_node ranks (ranks fill nodes in
 // order, as srun's block distribution does).

@@ -1,5 +1,6 @@
 // Given code for Problem 6: the shape check, and every group of the grid as a dist subgroup.
 #include <algorithm>
+#include <functional>
 #include <set>
 
 #include "grid/grid.h"
@@ -30,13 +31,26 @@ void check_shape(const GridShape& shape, int world_size) {
 }
 
 namespace {
+// The arithmetic a grid is built from: Problem 6.1's functions, or a pipeline's own.
+struct Arithmetic {
+  std::function<Coordinates(int rank)> coordinates;
+  std::function<int(const Coordinates&)> rank;
+  std::function<std::vector<int>(GroupKind, int rank)> group;
+};
+
+Arithmetic problem_6_1(const GridShape& shape) {
+  return {[shape](int r) { return coordinates_of(r, shape); },
+          [shape](const Coordinates& c) { return rank_of(c, shape); },
+          [shape](GroupKind kind, int r) { return group_ranks(kind, r, shape); }};
+}
+
 // Every group of one kind, each once, ordered by its lowest rank: what every rank must
 // create, in the same order.
-std::vector<std::vector<int>> all_groups(GroupKind kind, const GridShape& shape) {
+std::vector<std::vector<int>> all_groups(GroupKind kind, const GridShape& shape, const Arithmetic& a) {
   std::set<std::vector<int>> seen;
   std::vector<std::vector<int>> out;
   for (int r = 0; r < shape.world(); ++r) {
-    auto g = group_ranks(kind, r, shape);
+    auto g = a.group(kind, r);
     if (seen.insert(g).second) out.push_back(std::move(g));
   }
   return out;
@@ -45,17 +59,16 @@ std::vector<std::vector<int>> all_groups(GroupKind kind, const GridShape& shape)
 // The grid's arithmetic checked for every rank, on every rank, before any group is created:
 // a wrong coordinates_of, rank_of or group_ranks then fails the same way everywhere at once,
 // instead of leaving some ranks waiting for peers in a group that will never form.
-void check_grid_functions(const GridShape& shape) {
+void check_grid_functions(const GridShape& shape, const Arithmetic& a) {
   const std::string where = " on the grid " + shape.str();
   for (int r = 0; r < shape.world(); ++r) {
-    const Coordinates c = coordinates_of(r, shape);
+    const Coordinates c = a.coordinates(r);
     if (c.dp < 0 || c.dp >= shape.dp || c.pp < 0 || c.pp >= shape.pp || c.tp < 0 || c.tp >= shape.tp)
       throw Error("coordinates_of(" + std::to_string(r) + ") is dp " + std::to_string(c.dp) + " pp " +
                   std::to_string(c.pp) + " tp " + std::to_string(c.tp) + ", outside" + where);
-    if (rank_of(c, shape) != r)
-      throw Error("coordinates_of and rank_of disagree on rank " + std::to_string(r) + where);
+    if (a.rank(c) != r) throw Error("coordinates_of and rank_of disagree on rank " + std::to_string(r) + where);
     for (const GroupKind kind : {GroupKind::Tensor, GroupKind::Data, GroupKind::Pipeline}) {
-      const std::vector<int> g = group_ranks(kind, r, shape);
+      const std::vector<int> g = a.group(kind, r);
       bool ok = std::find(g.begin(), g.end(), r) != g.end();
       for (int x : g) ok = ok && x >= 0 && x < shape.world();
       if (!ok)
@@ -64,18 +77,17 @@ void check_grid_functions(const GridShape& shape) {
     }
   }
 }
-}  // namespace
 
-ProcessGrid make_process_grid(const GridShape& shape) {
+ProcessGrid build_grid(const GridShape& shape, const Arithmetic& a) {
   check_shape(shape, dist::get_world_size());
-  check_grid_functions(shape);
+  check_grid_functions(shape, a);
   ProcessGrid grid;
   grid.shape = shape;
   const int me = dist::get_rank();
-  grid.coords = coordinates_of(me, shape);
+  grid.coords = a.coordinates(me);
   for (const GroupKind kind : {GroupKind::Tensor, GroupKind::Data, GroupKind::Pipeline}) {
     int i = 0;
-    for (const auto& ranks : all_groups(kind, shape)) {
+    for (const auto& ranks : all_groups(kind, shape, a)) {
       const std::string name = std::string(name_of(kind)) + std::to_string(i++);
       dist::Group g = dist::new_group(ranks, name);
       if (!g.is_member()) continue;
@@ -84,15 +96,28 @@ ProcessGrid make_process_grid(const GridShape& shape) {
   }
   // This rank's pipeline's embedding group: a member on the first and last stage, a
   // non-member handle in between.
-  const std::vector<int> my_pipeline = group_ranks(GroupKind::Pipeline, me, shape);
+  const std::vector<int> my_pipeline = a.group(GroupKind::Pipeline, me);
   int i = 0;
-  for (const auto& pipe : all_groups(GroupKind::Pipeline, shape)) {
+  for (const auto& pipe : all_groups(GroupKind::Pipeline, shape, a)) {
     std::vector<int> ends = {pipe.front()};
     if (pipe.size() > 1) ends.push_back(pipe.back());
     dist::Group g = dist::new_group(ends, "embedding" + std::to_string(i++));
     if (pipe == my_pipeline) grid.embedding = g;
   }
   return grid;
+}
+}  // namespace
+
+ProcessGrid make_process_grid(const GridShape& shape) { return build_grid(shape, problem_6_1(shape)); }
+
+ProcessGrid make_pipeline_grid(int stages) {
+  const GridShape shape{1, stages, 1};
+  std::vector<int> all(static_cast<size_t>(std::max(stages, 0)));
+  for (int r = 0; r < stages; ++r) all[static_cast<size_t>(r)] = r;
+  return build_grid(shape, {[](int r) { return Coordinates{0, r, 0}; }, [](const Coordinates& c) { return c.pp; },
+                            [all](GroupKind kind, int r) {
+                              return kind == GroupKind::Pipeline ? all : std::vector<int>{r};
+                            }});
 }
 
 }  // namespace kit::grid

@@ -69,9 +69,13 @@ Trainer3D::Trainer3D(const GPT2& full, const ProcessGrid& grid, Options3D option
   shape_.ranks = grid.shape.pp;
   shape_.microbatches = options.microbatches;
   shape_.virtual_chunks = options.virtual_chunks;
-  pp::check_shape(options.schedule, shape_);
+  if (options.schedules.empty()) pp::check_shape(options.schedule, shape_);  // a given schedule: its own
   pp::check_blocks_fit(cfg.n_layer, shape_);
-  schedule_ = pp::make_schedule(options.schedule, shape_)[static_cast<size_t>(grid.coords.pp)];
+  const pp::Schedules all = options.schedules.empty() ? pp::make_schedule(options.schedule, shape_) : options.schedules;
+  if (static_cast<int64_t>(all.size()) != shape_.ranks)
+    throw Error("the schedules have " + std::to_string(all.size()) + " ranks' actions for a pipeline of " +
+                std::to_string(shape_.ranks) + " ranks");
+  schedule_ = all[static_cast<size_t>(grid.coords.pp)];
   for (int64_t c = 0; c < shape_.virtual_chunks; ++c) {
     const int64_t s = pp::virtual_stage(shape_, grid.coords.pp, c);
     if (grid.shape.tp == 1) {  // Problem 3's stage: copies of full's parameters, then the type
@@ -106,7 +110,10 @@ std::vector<torch::Tensor> Trainer3D::parameters() const {
   return out;
 }
 
-StepReport Trainer3D::step(const torch::Tensor& idx, const torch::Tensor& labels, const torch::Tensor& mask) {
+const pp::P2P& Trainer3D::p2p() const { return *impl_->p2p; }
+
+StepReport Trainer3D::step(const torch::Tensor& idx, const torch::Tensor& labels, const torch::Tensor& mask,
+                           const StepHooks& hooks) {
   const auto t0 = std::chrono::steady_clock::now();
   const int64_t d = grid_.shape.dp, rows = idx.size(0);
   if (rows % d != 0)
@@ -120,10 +127,17 @@ StepReport Trainer3D::step(const torch::Tensor& idx, const torch::Tensor& labels
   const int64_t local = rows / d, first = grid_.coords.dp * local;
   auto device = dist::device();
   StepReport report;
-  report.batch = pp::forward_backward(
-      impl_->pipeline, [&](const std::vector<pp::MicroBatch>& micro) { return impl_->executor->run(schedule_, micro); },
-      idx.narrow(0, first, local).to(device), labels.narrow(0, first, local).to(device),
-      mask.narrow(0, first, local).to(device), options_.microbatches);
+  const auto schedule = [&](const std::vector<pp::MicroBatch>& micro) {
+    if (hooks.before_schedule) hooks.before_schedule();
+    pp::BatchResult r = impl_->executor->run(schedule_, micro, hooks.before_action);
+    if (hooks.after_schedule) hooks.after_schedule();
+    return r;
+  };
+  report.batch = pp::forward_backward(impl_->pipeline, schedule, idx.narrow(0, first, local).to(device),
+                                      labels.narrow(0, first, local).to(device),
+                                      mask.narrow(0, first, local).to(device), options_.microbatches,
+                                      hooks.zero_in_place);
+  if (hooks.after_backward) hooks.after_backward();
   impl_->optimizer->step();  // averages over the data group
   // The global loss: the last stage's tensor rank 0 of each replica adds its share.
   const bool reports = grid_.is_last_stage() && grid_.coords.tp == 0;

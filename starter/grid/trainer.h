@@ -25,6 +25,7 @@
 #pragma once
 #include <torch/types.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -35,6 +36,8 @@
 #include "model/gpt2.h"
 #include "pipeline_training/action.h"
 #include "pipeline_training/executor.h"
+#include "pipeline_training/p2p.h"
+#include "pipeline_training/schedules.h"
 
 namespace kit::grid {
 
@@ -47,6 +50,19 @@ struct Options3D {
   double lr = 1e-4, weight_decay = 0.0;                // AdamW (torch's betas and eps)
   Precision precision = Precision::FP32;               // bf16: the forwards under autocast; with
                                                        // zero1/2 bf16 parameters, an fp32 master
+  pp::Schedules schedules;                             // every pipeline rank's actions (train_parallel
+                                                       // --schedule-file); empty: make_schedule's
+};
+
+// What a run measures around a step, kept out of the step itself (as llm.c keeps its
+// diagnostics apart): each hook may be empty.
+struct StepHooks {
+  std::function<void()> before_schedule;  // this rank's schedule is about to start
+  pp::OnAction before_action;             // before each of its actions
+  std::function<void()> after_schedule;   // it has finished (the gradients are all there)
+  std::function<void()> after_backward;   // before the optimizer step: the gradients as computed
+  bool zero_in_place = false;             // zero the gradients in place (memory counting: see
+                                          // pipeline_training/forward_backward.h)
 };
 
 // Seconds this rank spent in each kind of communication during one step (dist's counters:
@@ -74,7 +90,8 @@ class Trainer3D {
 
   // One training step on the global batch (B rows, the same on every rank). kit::Error
   // when d·m does not divide B.
-  StepReport step(const torch::Tensor& idx, const torch::Tensor& labels, const torch::Tensor& mask);
+  StepReport step(const torch::Tensor& idx, const torch::Tensor& labels, const torch::Tensor& mask,
+                  const StepHooks& hooks = {});
 
   // Collective over the world: the whole model, as kit::state_dict writes a one-process
   // model's (Kit layout, lm_head.weight tied), on world rank 0; empty on the other ranks.
@@ -86,6 +103,8 @@ class Trainer3D {
   std::vector<torch::Tensor> parameters() const;
   const ProcessGrid& grid() const { return grid_; }
   const pp::PipelineShape& pipeline_shape() const { return shape_; }
+  // The pipeline's messages: counts and the seconds spent receiving.
+  const pp::P2P& p2p() const;
 
  private:
 

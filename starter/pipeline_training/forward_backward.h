@@ -1,6 +1,6 @@
 // Forward and backward of one batch on one pipeline rank: the part of a training step that
-// Problem 3's program (bin/run_pipeline_training.cpp), TeraPipe (bin/run_terapipe.cpp) and
-// the 3D grid (grid/trainer.cpp) share, as Megatron-LM's forward_backward_func is the one
+// the grid's trainer (grid/trainer.cpp: Problems 3 and 6, bin/train_parallel.cpp) and
+// TeraPipe (bin/run_terapipe.cpp) share, as Megatron-LM's forward_backward_func is the one
 // pipeline step its trainers call.
 //
 //   1. the chunks' gradients cleared;

@@ -9,7 +9,7 @@
 //   gradients together, in a's action order) are the messages b receives from a, in b's
 //   action order.
 //
-// check_in_order_delivery() checks it from the schedule before a run (run_pipeline_training
+// check_in_order_delivery() checks it from the schedule before a run (train_parallel
 // calls it when the backend is nccl). GPipe, 1F1B and interleaved 1F1B all satisfy it: a
 // stage forwards micro-batches in the order its successor forwards them, and backwards
 // them in the order its predecessor backwards them.

@@ -1,4 +1,4 @@
-// run_3d end to end, tiny preset: the program on a 2 x 2 x 1 grid (4 Gloo processes, the
+// train_parallel on the grid (Problem 6) end to end, tiny preset: the program on a 2 x 2 x 1 grid (4 Gloo processes, the
 // kit's own launcher) trains as its one-process run does (losses, and the checkpoint it
 // gathers and saves, read back into the first assignment's model), writes each rank's
 // metrics, and refuses a grid that does not fit before any rank starts.
@@ -19,7 +19,7 @@
 namespace {
 
 std::vector<std::string> args(int dp, int pp, int tp, const std::string& dir) {
-  return {kit_test::build_program("run_3d"), "--dp", std::to_string(dp), "--pp", std::to_string(pp), "--tp", std::to_string(tp),
+  return {kit_test::build_program("train_parallel"), "--dp", std::to_string(dp), "--pp", std::to_string(pp), "--tp", std::to_string(tp),
           "--preset", "tiny", "--n-layer", "2", "--dropout", "0", "--batch-size", "4", "--chunks", "2",
           "--seq-len", "16", "--vocab-size", "64", "--steps", "2", "--lr", "0.01", "--seed", "7", "--threads",
           "1", "--no-progress", "--out", dir + "/metrics/{rank}.json", "--save", dir + "/whole.pt"};

@@ -1,4 +1,4 @@
-// Helpers for the real-run tests of run_pipeline_training: the tiny setup shared by the
+// Helpers for the real-run tests of train_parallel (Problem 3: --pp ranks): the tiny setup shared by the
 // runs and the single-process reference, running the program under a deadline, schedule
 // files, and reading the ranks' saved dicts. A run is student code (the program links the
 // student's executor and schedules): it runs in a subject part, which records the run as data
@@ -41,7 +41,7 @@ struct RunSpec {
 };
 
 inline std::vector<std::string> program_args(const RunSpec& s, const std::string& dir) {
-  return {kit_test::build_program("run_pipeline_training"), "--world-size", std::to_string(s.ranks), "--schedule", s.schedule,
+  return {kit_test::build_program("train_parallel"), "--pp", std::to_string(s.ranks), "--schedule", s.schedule,
           "--chunks", std::to_string(s.microbatches), "--virtual", std::to_string(s.virtual_chunks),
           "--preset", "tiny", "--n-layer", std::to_string(s.n_layer), "--dropout", "0",
           "--batch-size", std::to_string(kBatch), "--seq-len", std::to_string(kSeqLen),
@@ -83,7 +83,7 @@ inline void write_schedule_file(const std::string& path, const kit::pp::Schedule
   f << "]}\n";
 }
 
-// The model every rank builds (run_pipeline_training: kit::build_model from --seed).
+// The model every rank builds (train_parallel: kit::build_model from --seed).
 inline kit::GPT2 reference_model(int64_t n_layer) {
   kit::GPT2Config cfg = kit::gpt2_preset("tiny");
   cfg.dropout = 0;

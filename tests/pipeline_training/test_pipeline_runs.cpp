@@ -1,4 +1,4 @@
-// Problem 3 end to end: run_pipeline_training as 2 and 4 real Gloo processes on CPU,
+// Problem 3 end to end: train_parallel --pp 2 and --pp 4 as 2 and 4 real Gloo processes on CPU,
 // checked against one process training the whole model on the whole batch.
 //
 // Each run takes 3 batches with --save; every rank writes, for the model parameters it
@@ -45,7 +45,7 @@ void expect_matches_single_process(const RunSpec& spec, bool built_schedule) {
       [&](kit::judge::Record& out) {
         kit_test::TempDir dir("pp_" + spec.schedule + std::to_string(spec.ranks));
         auto args = pp_run::program_args(spec, dir.path());
-        args.insert(args.end(), {"--save", dir / "save"});
+        args.insert(args.end(), {"--save-ranks", dir / "save"});
         if (!built_schedule) {
           pp_run::write_schedule_file(dir / "schedule.json", reference_schedules(spec));
           args.insert(args.end(), {"--schedule-file", dir / "schedule.json"});
@@ -61,7 +61,7 @@ void expect_matches_single_process(const RunSpec& spec, bool built_schedule) {
         out.put("ranks", saved);
         out.put("leftovers", kit_test::leftovers_after(dir.path(), 5));
       },
-      "run_pipeline_training " + spec.schedule + " on " + std::to_string(spec.ranks) + " ranks");
+      "train_parallel --pp " + std::to_string(spec.ranks) + " " + spec.schedule + " on " + std::to_string(spec.ranks) + " ranks");
   if (!kit::judge::judging()) return;
   const auto r = pp_run::get_run(rec);
   ASSERT_EQ(r.exitcode, 0) << pp_run::describe(r);

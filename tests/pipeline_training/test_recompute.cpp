@@ -20,7 +20,7 @@
 //     the losses (1e-5 relative) equal those without recomputation. Rank 0 runs two forwards
 //     before its first backward: a recomputation that leaves the generator at the recomputed
 //     forward's state gives the next micro-batch the previous one's masks.
-//   - RecomputeRun (no rubric item: it runs the executor too): run_pipeline_training
+//   - RecomputeRun (no rubric item: it runs the executor too): train_parallel
 //     --recompute, 2 processes, 1F1B, dropout 0.1, gives the losses of the run without.
 // The subject parts (and the ranks, RANK_SUBJECT) run recompute (student code) and record its
 // outputs, gradients, kept bytes and counters; the runs without recomputation (given code
@@ -558,7 +558,7 @@ TEST(Recompute, OneFOneBTwoProcessesMatchWithoutRecompute) {
   }
 }
 
-// run_pipeline_training --recompute on 2 processes against the same run without (ungraded:
+// train_parallel --pp 2 --recompute on processes against the same run without (ungraded:
 // it runs the executor of Problem 3.2 too).
 std::vector<double> program_losses(bool with_recompute) {
   const pp_run::RunSpec spec{2, "1f1b", 4, 1, 2};
@@ -567,7 +567,7 @@ std::vector<double> program_losses(bool with_recompute) {
   for (size_t i = 0; i + 1 < args.size(); ++i)
     if (args[i] == "--dropout") args[i + 1] = std::to_string(kRcDropout);
   pp_run::write_schedule_file(dir / "schedule.json", pp_test::ref_all_1f1b(spec.ranks, spec.microbatches));
-  args.insert(args.end(), {"--save", dir / "save", "--schedule-file", dir / "schedule.json"});
+  args.insert(args.end(), {"--save-ranks", dir / "save", "--schedule-file", dir / "schedule.json"});
   if (with_recompute) args.push_back("--recompute");
   const auto r = pp_run::run_program(args, {}, dir / "run.log");
   EXPECT_EQ(r.exitcode, 0) << pp_run::describe(r);
@@ -589,7 +589,7 @@ TEST(RecomputeRun, ProgramWithRecomputeMatchesWithout) {
   ASSERT_EQ(rec.size(), plain.size());
   for (size_t k = 0; k < plain.size(); ++k)
     EXPECT_NEAR(rec[k], plain[k], 1e-5 * std::abs(plain[k]))
-        << "step " << k << ": run_pipeline_training's loss with --recompute differs from the one without";
+        << "step " << k << ": train_parallel's loss with --recompute differs from the one without";
 }
 
 }  // namespace

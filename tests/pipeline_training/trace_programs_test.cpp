@@ -1,5 +1,5 @@
 // --trace of the programs: `schedule --kind ... --trace` against the simulator's own timeline,
-// and one run_pipeline_training over 2 processes whose per-rank files hold each rank's F/B
+// and one train_parallel --pp 2 run whose per-rank files hold each rank's F/B
 // events and receives. Both run the student's schedules (and the run the student's steps):
 // labelled needs_a2 (tests/CMakeLists.txt).
 #include <gtest/gtest.h>
@@ -117,7 +117,7 @@ TEST(PipelineTrace, EachRankFileHoldsItsForwardsBackwardsAndReceives) {
   kit_test::TempDir dir("pp_trace");
   const int64_t m = 4;
   const auto r = kit_test::run_kit_program(
-      {kit_test::build_program("run_pipeline_training"), "--world-size", "2", "--schedule", "1f1b", "--chunks",
+      {kit_test::build_program("train_parallel"), "--pp", "2", "--schedule", "1f1b", "--chunks",
        std::to_string(m), "--preset", "tiny", "--n-layer", "2", "--batch-size", "8", "--seq-len", "16",
        "--vocab-size", "64", "--steps", "2", "--threads", "1", "--no-progress", "--out", dir / "metrics/{rank}.json",
        "--trace", dir / "trace.{rank}.json"},

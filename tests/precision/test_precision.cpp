@@ -1,6 +1,6 @@
 // --precision bf16 against fp32 for every kind of parallelism the training programs run:
-// data parallelism and ZeRO-1/2/3 (run_zero), the pipeline schedules (run_pipeline_training),
-// tensor parallelism (run_tensor_parallel), the 3D grid with recomputation (run_3d) and
+// data parallelism and ZeRO-1/2/3 (run_zero), the pipeline schedules (train_parallel --pp),
+// tensor parallelism (run_tensor_parallel), the 3D grid with recomputation (train_parallel --dp --pp --tp) and
 // TeraPipe (run_terapipe). Each case runs its program twice on the tiny preset, the same
 // seed and batches, once per precision, and compares the losses step by step.
 //
@@ -146,33 +146,33 @@ TEST(Precision, Zero1) { expect_mixed_precision_bytes("zero1"); }
 TEST(Precision, Zero2) { expect_mixed_precision_bytes("zero2"); }
 TEST(Precision, Zero3) { expect_mixed_precision_bytes("zero3"); }
 TEST(Precision, PipelineGPipe) {
-  expect_bf16_close_to_fp32({"run_pipeline_training", {"--world-size", "2", "--schedule", "gpipe", "--chunks", "2"}});
+  expect_bf16_close_to_fp32({"train_parallel", {"--pp", "2", "--schedule", "gpipe", "--chunks", "2"}});
 }
 TEST(Precision, Pipeline1F1B) {
-  expect_bf16_close_to_fp32({"run_pipeline_training", {"--world-size", "2", "--schedule", "1f1b", "--chunks", "4"}});
+  expect_bf16_close_to_fp32({"train_parallel", {"--pp", "2", "--schedule", "1f1b", "--chunks", "4"}});
 }
 TEST(Precision, PipelineInterleaved) {
-  expect_bf16_close_to_fp32({"run_pipeline_training",
-                             {"--world-size", "2", "--schedule", "interleaved", "--chunks", "2", "--virtual", "2",
+  expect_bf16_close_to_fp32({"train_parallel",
+                             {"--pp", "2", "--schedule", "interleaved", "--chunks", "2", "--virtual", "2",
                               "--n-layer", "4"}});
 }
 TEST(Precision, TensorParallel) { expect_bf16_close_to_fp32({"run_tensor_parallel", {"--world-size", "2"}}); }
 // Four processes: two pipeline stages of two tensor-parallel ranks, the blocks recomputed in
 // the backward (which must run them again in bf16, as their forward ran).
 TEST(Precision, Grid3DWithRecompute) {
-  expect_bf16_close_to_fp32({"run_3d", {"--dp", "1", "--pp", "2", "--tp", "2", "--recompute"}, 4});
+  expect_bf16_close_to_fp32({"train_parallel", {"--dp", "1", "--pp", "2", "--tp", "2", "--recompute"}, 4});
 }
 // ZeRO-2 over the data groups of a pipeline (d = 2, p = 2): bf16 parameters with the fp32
 // master, as run_zero's ZeRO stages (the messages between the stages bf16 too): every rank's
 // parameter bytes half of fp32's.
 TEST(Precision, Grid3DZeroTwoMasterWeights) {
   std::vector<nlohmann::json> bf16, fp32;
-  expect_bf16_close_to_fp32({"run_3d", {"--dp", "2", "--pp", "2", "--tp", "1", "--optimizer", "zero2"}, 4},
+  expect_bf16_close_to_fp32({"train_parallel", {"--dp", "2", "--pp", "2", "--tp", "1", "--optimizer", "zero2"}, 4},
                             kLossTolerance, &bf16, &fp32);
   if (HasFailure()) return;
   for (size_t r = 0; r < bf16.size(); ++r) {
-    EXPECT_EQ(bf16[r].value("master_weights", false), true) << "run_3d --optimizer zero2 --precision bf16, rank " << r;
-    EXPECT_EQ(fp32[r].value("master_weights", true), false) << "run_3d --optimizer zero2 --precision fp32, rank " << r;
+    EXPECT_EQ(bf16[r].value("master_weights", false), true) << "train_parallel --optimizer zero2 --precision bf16, rank " << r;
+    EXPECT_EQ(fp32[r].value("master_weights", true), false) << "train_parallel --optimizer zero2 --precision fp32, rank " << r;
     EXPECT_EQ(2 * bf16[r].value("parameter_bytes", int64_t{-1}), fp32[r].value("parameter_bytes", int64_t{-2}))
         << "rank " << r << ": bf16 parameters take half the bytes of fp32's";
   }

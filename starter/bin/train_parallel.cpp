@@ -1,0 +1,390 @@
+// train_parallel: GPT-2 trained on a grid of d x p x t processes, the training program of
+// Assignments 2 and 3. d-way data parallelism of a p-stage pipeline whose stages are split
+// t ways by tensor parallelism (Megatron-LM's PTD-P); one trainer (grid/trainer.h) runs
+// every shape, and each problem is a command line of it:
+//
+//   ./build/train_parallel --pp 4 --schedule 1f1b --micro-batches 8       # Problem 3: a pipeline
+//   ./build/train_parallel --pp 2 --schedule interleaved --virtual 2 --n-layer 4 --micro-batches 4
+//   ./build/train_parallel --dp 2 --pp 2 --tp 2                            # Problem 6: the 3D grid
+//   ./build/train_parallel --dp 2 --pp 1 --tp 2 --zero                     # ZeRO-1 over each data group
+//   ./build/train_parallel --dp 2 --pp 2 --tp 1 --optimizer zero2
+//   ./build/train_parallel                                                 # the one-process reference
+//   srun -n 8 ./build/train_parallel --dp 2 --pp 2 --tp 2 --backend nccl   # one rank per task
+//
+// The loop below is the run; what it measures (memory, timelines, traces, the tests' rank
+// files, failure injection) hangs on the trainer's hooks. How it starts its ranks, its
+// synthetic batches and every field it writes: README.md in this folder; the options: --help.
+#include <torch/torch.h>
+
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "app/cli.h"
+#include "app/run.h"
+#include "dist/dist.h"
+#include "grid/grid.h"
+#include "grid/trainer.h"
+#include "kit/memory.h"
+#include "kit/precision.h"
+#include "model/checkpoint.h"
+#include "model/gpt2.h"
+#include "pipeline_training/measured.h"
+#include "pipeline_training/schedules.h"
+#include "pipeline_training/simulate.h"
+#include "pipeline_training/trace_events.h"
+#include "zero/data_parallel_optimizer.h"
+
+namespace {
+namespace pp = kit::pp;
+
+struct ParallelOptions : kit::SyntheticOptions {
+  ParallelOptions() : SyntheticOptions("runs/parallel/{world}/rank{rank}.json") { steps = 5; }
+  kit::grid::GridShape grid{1, 1, 1};
+  int64_t microbatches = 2;
+  int64_t virtual_chunks = 1;
+  std::string schedule = "1f1b";
+  std::string optimizer = "adamw";  // --zero: zero1
+  bool zero = false;
+  bool recompute = false;  // Problem 6.3
+  bool memory = false;
+  double weight_decay = 0.0;
+  std::string save, save_ranks, timeline, trace, schedule_file;
+  bool precheck = true;
+  int fail_rank = -1;
+  int64_t fail_at_action = 0;
+};
+
+kit::GPT2Config config_of(const ParallelOptions& o) {
+  kit::GPT2Config cfg = kit::synthetic_config(o);
+  cfg.vocab_size = o.vocab;  // what kit::build_model does for synthetic tokens
+  return cfg;
+}
+
+// Every check that needs no process, the same in the launcher and in each worker (srun):
+// a bad flag or a schedule that cannot finish fails here, not as a timeout later. Returns
+// every pipeline rank's actions.
+pp::Schedules checked_schedules(const ParallelOptions& o, int world_size) {
+  kit::grid::check_shape(o.grid, world_size);
+  const int stage = kit::zero::zero_stage_of(o.optimizer);
+  if (stage < 0 || stage > 2)
+    throw kit::Error("--optimizer " + o.optimizer + " is not one of adamw, zero1, zero2 (zero3, FSDP, gathers whole "
+                     "GPT-2 units, which the grid's stages split: run_zero has it)");
+  if (o.zero && o.optimizer != "zero1")
+    throw kit::Error("--zero is --optimizer zero1, but --optimizer " + o.optimizer + " was given too: give one of them");
+  kit::check_synthetic_options(o);
+  const pp::ScheduleKind kind = pp::parse_schedule_kind(o.schedule);
+  const pp::PipelineShape shape{o.grid.pp, o.microbatches, o.virtual_chunks};
+  if (kind != pp::ScheduleKind::Interleaved && o.virtual_chunks != 1)
+    throw kit::Error("--virtual " + std::to_string(o.virtual_chunks) +
+                     " needs --schedule interleaved (gpipe and 1f1b run one chunk per rank)");
+  if (kind == pp::ScheduleKind::Interleaved && o.microbatches % o.grid.pp != 0)
+    throw kit::Error("--schedule interleaved needs --chunks (micro-batches, " + std::to_string(o.microbatches) +
+                     ") to be a multiple of the " + std::to_string(o.grid.pp) +
+                     " pipeline ranks: its groups of p micro-batches go through each chunk in turn. Use --chunks " +
+                     std::to_string(o.grid.pp) + ", " + std::to_string(2 * o.grid.pp) + ", ...");
+  const int64_t B = o.run.train.batch_size;
+  if (B % o.grid.dp != 0)
+    throw kit::Error("--batch-size " + std::to_string(B) + " must be a multiple of --dp " + std::to_string(o.grid.dp) +
+                     ": each of the d replicas takes an equal share of the rows");
+  if (o.grid.dp > 1)
+    pp::check_microbatches(B / o.grid.dp, o.microbatches, "each data-parallel replica's rows");
+  else
+    pp::check_microbatches(B, o.microbatches);
+  const kit::GPT2Config cfg = config_of(o);
+  kit::check_model_fits(cfg, o.run.data.seq_len, o.vocab);
+  pp::check_blocks_fit(cfg.n_layer, shape);
+  if (cfg.n_head % o.grid.tp != 0 || cfg.n_embd % o.grid.tp != 0 || o.vocab % o.grid.tp != 0)
+    throw kit::Error("--tp " + std::to_string(o.grid.tp) + " must divide the heads (" + std::to_string(cfg.n_head) +
+                     "), the width (" + std::to_string(cfg.n_embd) + ") and --vocab-size (" +
+                     std::to_string(o.vocab) + ")");
+  if (!o.trace.empty()) kit::check_trace_paths(o.trace, world_size);
+  pp::Schedules schedules;
+  if (!o.schedule_file.empty()) {
+    schedules = pp::read_schedules_file(o.schedule_file, o.grid.pp, "--schedule-file");
+  } else {
+    pp::check_shape(kind, shape);
+    schedules = pp::make_schedule(kind, shape);
+  }
+  if (o.precheck) pp::simulate(schedules, shape);
+  if (o.backend == "nccl") pp::check_in_order_delivery(schedules, shape);
+  return schedules;
+}
+
+int worker_main(const ParallelOptions& o, const kit::WorldInfo& world);
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"GPT-2 trained on a grid of processes (Megatron-LM's PTD-P): --dp data-parallel replicas of a "
+               "--pp-stage pipeline (GPipe, 1F1B or interleaved 1F1B over the micro-batches of each synthetic "
+               "batch) whose stages are split --tp ways by tensor parallelism, then one AdamW or ZeRO step."};
+  ParallelOptions o;
+  int dp = 1, pp = 1, tp = 1;
+  app.add_option("--dp", dp, "Data-parallel degree d")->capture_default_str();
+  app.add_option("--pp", pp, "Pipeline-parallel degree p (stages, one per rank of a pipeline)")->capture_default_str();
+  app.add_option("--tp", tp, "Tensor-parallel degree t (consecutive ranks: keep it within a node)")
+      ->capture_default_str();
+  for (const char* name : {"--world-size", "--stages"})
+    kit::refuse_option(app, name,
+                       "train_parallel takes its processes as the grid --dp, --pp and --tp: a pipeline of p ranks is "
+                       "--pp p");
+  app.add_option("--schedule", o.schedule, "gpipe, 1f1b or interleaved")
+      ->check(CLI::IsMember({"gpipe", "1f1b", "pipedream-flush", "interleaved"}))
+      ->capture_default_str();
+  kit::add_microbatches_option(app, o.microbatches,
+                               "Micro-batches m per data-parallel replica (must divide its rows; interleaved: a "
+                               "multiple of p)");
+  app.add_option("--virtual", o.virtual_chunks, "Model chunks v per rank (interleaved only; v*p stages)")
+      ->capture_default_str();
+  app.add_option("--optimizer", o.optimizer,
+                 "Over each data-parallel group: adamw (the gradients averaged, then AdamW), zero1 (ZeRO-1: the "
+                 "optimizer state sharded d ways) or zero2 (ZeRO-2: the gradients kept between steps too)")
+      ->capture_default_str();
+  app.add_flag("--zero", o.zero, "The same as --optimizer zero1");
+  app.add_flag("--recompute", o.recompute,
+               "Activation recomputation (Problem 6.3): each stage keeps only its blocks' inputs and runs every "
+               "block's forward again in the backward (about a third more compute, far less memory kept)");
+  kit::SyntheticHelp help;
+  help.n_layer = "Transformer blocks (default: the preset's); at least v*p";
+  help.batch_size = "Rows of the global batch (a multiple of d*m)";
+  help.vocab = "Vocabulary of the synthetic tokens (t must divide it)";
+  kit::add_model_options(app, o, help);
+  app.add_option("--weight-decay", o.weight_decay, "AdamW's decoupled weight decay")->capture_default_str();
+  kit::add_process_options(app, o);
+  app.add_flag("--memory", o.memory,
+               "Count what each batch's schedule keeps alive per rank, sampled before each action (kept) and at "
+               "its peak, in tensor bytes on the rank's device (kit/memory.h): metrics and --timeline JSON");
+  app.add_option("--timeline", o.timeline, "Write this rank's measured timeline of the last batch as JSON here "
+                                           "({rank} replaced, else .rank<r> added)");
+  kit::add_trace_option(app, o.trace, "pipeline schedule over the timed steps",
+                        "F/B events with their P2P receives, one track per rank");
+  app.add_option("--save", o.save, "Write the whole trained model here (gathered on rank 0; the one-process "
+                                   "checkpoint format)");
+  app.add_option("--save-ranks", o.save_ranks,
+                 "Tests: write DIR/rank<r>.pt with gradients after the first batch, parameters after --steps "
+                 "steps, the losses and the timeline");
+  app.add_option("--schedule-file", o.schedule_file,
+                 "Run these per-rank action lists instead of the built schedule: JSON {\"schedules\": "
+                 "[[{\"op\": \"F\", \"microbatch\": 0, \"chunk\": 0}, ...], ...]}");
+  app.add_flag("!--no-precheck", o.precheck,
+               "Do not replay the schedule in the simulator before running (a schedule that cannot finish "
+               "then fails with a timeout, KIT_DIST_TIMEOUT)");
+  app.add_option("--fail-rank", o.fail_rank, "Tests: this rank throws before its --fail-at-action'th action")
+      ->capture_default_str();
+  app.add_option("--fail-at-action", o.fail_at_action, "Tests: see --fail-rank (index in the first batch)")
+      ->capture_default_str();
+  app.footer("Metrics per rank (--out): tokens_per_sec (the global batch's), losses, step seconds, "
+             "comm_seconds_per_step {data, tensor, pipeline, embedding}, the pipeline's messages, peak_kept and "
+             "memory, parameter_bytes, peak_tensor_bytes, peak_rss_bytes, recompute, and the rank's grid "
+             "coordinates.");
+  return kit::guarded_main(argc, argv, app, [&] {
+    o.grid = {dp, pp, tp};
+    if (o.zero && app.count("--optimizer") == 0) o.optimizer = "zero1";
+    // Under srun or torchrun, checked_schedules names the grid that does not fit the world.
+    return kit::run_ranks(0, o.grid.world(), o.port, "ranks of the grid " + o.grid.str(),
+                          [&] { checked_schedules(o, o.grid.world()); },  // a bad flag fails before any process
+                          [&](const kit::WorldInfo& w) { return worker_main(o, w); });
+  });
+}
+
+namespace {
+
+// What --memory counts over the timed batches, from the trainer's hooks: the bytes a batch's
+// schedule keeps (sampled before each action, so what the schedule holds, not the transients
+// inside one forward or backward) and its peak, both above what the rank held at its start.
+struct MemoryProbe {
+  torch::Device device;
+  pp::BatchMemory most;
+  int64_t base = 0;
+
+  void hook(kit::grid::StepHooks& h) {
+    h.before_schedule = [this] {
+      base = kit::memory::bytes_now(device);
+      kit::memory::reset_peak(device);
+    };
+    h.before_action = [this](size_t, const pp::Action&) {
+      most.kept = std::max(most.kept, kit::memory::bytes_now(device) - base);
+    };
+    h.after_schedule = [this] { most.peak = std::max(most.peak, kit::memory::bytes_peak(device) - base); };
+  }
+};
+
+// --fail-rank: this rank throws before its --fail-at-action'th action of the first batch.
+pp::OnAction failure_of(const ParallelOptions& o, int rank) {
+  if (rank != o.fail_rank) return {};
+  return [&o, rank](size_t k, const pp::Action& a) {
+    if (static_cast<int64_t>(k) == o.fail_at_action)
+      throw kit::Error("rank " + std::to_string(rank) + " fails on purpose before action " + std::to_string(k) +
+                       " (" + pp::to_string(a) + ") (--fail-rank " + std::to_string(rank) + " --fail-at-action " +
+                       std::to_string(o.fail_at_action) + ")");
+  };
+}
+
+// The hooks of step k: the memory probe on timed batches, the failure on the first, in order.
+kit::grid::StepHooks hooks_of(const ParallelOptions& o, int rank, int64_t k, bool timed, MemoryProbe* probe) {
+  kit::grid::StepHooks h;
+  if (probe) h.zero_in_place = true;  // re-allocated gradients would count as memory a batch keeps
+  if (probe && timed) probe->hook(h);
+  const pp::OnAction fail = k == 0 ? failure_of(o, rank) : pp::OnAction();
+  if (fail) {
+    const pp::OnAction sample = h.before_action;
+    h.before_action = [sample, fail](size_t i, const pp::Action& a) {
+      if (sample) sample(i, a);
+      fail(i, a);
+    };
+  }
+  return h;
+}
+
+void put_parameters(c10::Dict<std::string, torch::Tensor>& saved, const kit::grid::Trainer3D& trainer,
+                    const std::string& what) {
+  for (const auto& c : trainer.chunks())
+    for (const auto& [name, p] : c->named_model_parameters()) {
+      const torch::Tensor t = what == "grad/" ? (p.grad().defined() ? p.grad() : torch::zeros_like(p)) : p;
+      saved.insert(what + name, t.detach().cpu().clone());
+    }
+}
+
+int worker_main(const ParallelOptions& o, const kit::WorldInfo& world) {
+  const int rank = world.rank, W = world.world_size;
+  const pp::Schedules schedules = checked_schedules(o, W);
+  kit::RankRun run("train_parallel", o, world);
+  const torch::Device device = kit::dist::device();
+  kit::memory::enable_counting(device);  // before the model: tensor bytes on the rank's device (kit/memory.h)
+  const bool count_memory = kit::memory::why_not_counted(device).empty();
+  const kit::GPT2Config cfg = config_of(o);
+  // A pipeline alone needs none of Problem 6's grid arithmetic (Assignment 2 has none yet).
+  const kit::grid::ProcessGrid grid = o.grid.dp == 1 && o.grid.tp == 1 ? kit::grid::make_pipeline_grid(o.grid.pp)
+                                                                       : kit::grid::make_process_grid(o.grid);
+  const auto& c = grid.coords;
+
+  kit::grid::Options3D t;
+  t.microbatches = o.microbatches;
+  t.virtual_chunks = o.virtual_chunks;
+  t.schedule = pp::parse_schedule_kind(o.schedule);
+  t.schedules = schedules;
+  t.optimizer = o.optimizer;
+  t.lr = o.run.train.lr;
+  t.weight_decay = o.weight_decay;
+  t.precision = kit::parse_precision(o.precision);
+  // The whole model from the seed on every rank; each rank keeps its part.
+  kit::grid::Trainer3D trainer(kit::build_model(cfg, o.vocab, o.run.data.seq_len, o.run.train.seed), grid, t);
+  for (const auto& chunk : trainer.chunks()) chunk.ptr()->set_recompute(o.recompute);
+  const pp::PipelineShape& shape = trainer.pipeline_shape();
+  int64_t parameter_bytes = 0;
+  for (const auto& p : trainer.parameters()) parameter_bytes += kit::memory::bytes_of(p);
+  if (rank == 0)
+    std::cout << "rank 0 of " << W << " (" << world.launcher_name() << ", " << o.backend << "): grid "
+              << o.grid.str() << ", " << o.schedule << ", m = " << o.microbatches << ", v = " << o.virtual_chunks
+              << ", " << o.optimizer << (o.recompute ? ", recomputing activations" : "") << ", " << cfg.n_layer
+              << " blocks" << std::endl;
+
+  const int64_t B = o.run.train.batch_size, T = o.run.data.seq_len;
+  const auto batches = kit::synthetic_batches(o.steps, B, T, o.vocab, o.run.train.seed);  // the same global batches
+  // Dropout, after the batches (drawing them seeds the generator): each pipeline rank of each
+  // replica its own masks, the same on the tensor ranks of a stage, which must drop the same
+  // elements of the activations they all hold.
+  torch::manual_seed(o.run.train.seed + 1 + static_cast<uint64_t>(c.dp * o.grid.pp + c.pp));
+  const bool holds_loss = c.dp == 0 && c.tp == 0 && c.pp == pp::rank_of_stage(shape, shape.stages() - 1);
+  const kit::StepTimer& timer = run.timer();
+  MemoryProbe probe{device, {}, 0};
+  const bool probes = o.memory && count_memory;
+  kit::grid::CommSeconds comm;
+  int64_t peak_tensor_bytes = 0, peak_kept = 0;
+  std::vector<kit::trace::Event> trace_events;  // --trace: every timed step's
+  nlohmann::json timed_steps = nlohmann::json::array();
+  c10::Dict<std::string, torch::Tensor> saved;  // --save-ranks
+  kit::grid::StepReport r;
+  run.steps(batches, rank == 0, [&](int64_t k, const kit::TokenBatch& b) {
+    kit::memory::reset_peak(device);
+    kit::grid::StepHooks hooks = hooks_of(o, rank, k, timer.timed(k), probes ? &probe : nullptr);
+    if (hooks.before_schedule) {  // the probe resets the peak: keep the step's so far
+      const auto probe_start = hooks.before_schedule;
+      hooks.before_schedule = [&, probe_start] {
+        peak_tensor_bytes = std::max(peak_tensor_bytes, kit::memory::bytes_peak(device));
+        probe_start();
+      };
+    }
+    if (k == 0 && !o.save_ranks.empty()) hooks.after_backward = [&] { put_parameters(saved, trainer, "grad/"); };
+    r = trainer.step(b.idx, b.labels, b.mask, hooks);
+    return kit::StepOutcome(r.loss, r.seconds);  // the trainer's own clock
+  }, {}, [&](int64_t k) {
+    peak_tensor_bytes = std::max(peak_tensor_bytes, kit::memory::bytes_peak(device));
+    peak_kept = std::max(peak_kept, r.batch.peak_kept);
+    if (k == 0 && !o.save_ranks.empty()) {
+      saved.insert("timeline", pp::timeline_tensor(r.batch.timeline));
+      saved.insert("peak_kept", torch::tensor(r.batch.peak_kept));
+    }
+    if (holds_loss && !o.save_ranks.empty())
+      saved.insert("loss/step" + std::to_string(k), torch::tensor(r.loss, torch::kFloat64));
+    if (!timer.timed(k)) return;
+    timed_steps.push_back(pp::step_json(r.batch, k));
+    if (!o.trace.empty())
+      for (auto& e : pp::measured_events(r.batch, rank, {o.virtual_chunks, 1}, k)) trace_events.push_back(std::move(e));
+    comm.data += r.comm.data;
+    comm.tensor += r.comm.tensor;
+    comm.pipeline += r.comm.pipeline;
+    comm.embedding += r.comm.embedding;
+  });
+
+  const nlohmann::json grid_json = {{"dp", o.grid.dp}, {"pp", o.grid.pp}, {"tp", o.grid.tp}},
+                       coords = {{"dp", c.dp}, {"pp", c.pp}, {"tp", c.tp}};
+  const nlohmann::json memory = pp::memory_json(o.memory, device, probe.most);
+  if (!o.save_ranks.empty()) {
+    put_parameters(saved, trainer, "param/");
+    saved.insert("rank", torch::tensor(static_cast<int64_t>(rank)));
+    saved.insert("world_size", torch::tensor(static_cast<int64_t>(W)));
+    kit::write_file_atomically(o.save_ranks + "/rank" + std::to_string(rank) + ".pt", torch::pickle_save(saved),
+                               "--save-ranks");
+  }
+  if (!o.timeline.empty()) {
+    nlohmann::json j = pp::rank_timeline_json(r.batch.timeline, shape, c.pp, peak_kept);
+    j["memory"] = memory;
+    j["steps"] = timed_steps;
+    const std::string text = j.dump(1) + "\n";
+    kit::write_file_atomically(kit::rank_path(o.timeline, rank, W), {text.begin(), text.end()}, "--timeline");
+  }
+  if (!o.trace.empty()) {
+    const bool line = o.grid.dp == 1 && o.grid.tp == 1;  // a pipeline's rank is its stage rank
+    kit::write_rank_trace(o.trace, rank, W,
+                          "rank " + std::to_string(rank) +
+                              (line ? "" : " (dp " + std::to_string(c.dp) + ", pp " + std::to_string(c.pp) + ", tp " +
+                                               std::to_string(c.tp) + ")"),
+                          std::move(trace_events),
+                          {{"program", "train_parallel"}, {"schedule", o.schedule}, {"grid", grid_json},
+                           {"coords", coords}, {"microbatches", o.microbatches},
+                           {"virtual_chunks", o.virtual_chunks}, {"steps", o.steps}, {"warmup", timer.warmup()}});
+  }
+  const kit::TensorDict whole = o.save.empty() ? kit::TensorDict() : trainer.gather_state_dict();
+  if (!o.save.empty() && rank == 0) {
+    kit::GPT2 model(cfg);
+    kit::load_state_dict(*model, whole, kit::CheckpointLayout::Kit, "the gathered grid");
+    kit::export_checkpoint(*model, o.save);
+    std::cout << "saved the whole model to " << o.save << std::endl;
+  }
+  if (!o.run.out.empty()) {
+    const double per = static_cast<double>(timer.timed_steps());
+    const pp::P2P& p2p = trainer.p2p();
+    // Every token of the global batch passes through every pipeline: tokens/s is the job's.
+    nlohmann::json m = run.metrics(B * T);
+    m.update({{"n_layer", cfg.n_layer}, {"n_head", cfg.n_head}, {"n_embd", cfg.n_embd},
+              {"vocab_size", cfg.vocab_size}, {"dp", o.grid.dp}, {"pp", o.grid.pp}, {"tp", o.grid.tp},
+              {"coords", coords}, {"schedule", o.schedule}, {"microbatches", o.microbatches},
+              {"virtual_chunks", o.virtual_chunks}, {"stages", shape.stages()}, {"optimizer", o.optimizer},
+              {"zero", o.optimizer != "adamw"},
+              {"master_weights", kit::zero::master_weights(kit::parse_precision(o.precision), o.optimizer)},
+              {"recompute", o.recompute}, {"global_batch_size", B}, {"losses", run.losses()},
+              {"comm_seconds_per_step",
+               {{"data", comm.data / per}, {"tensor", comm.tensor / per}, {"pipeline", comm.pipeline / per},
+                {"embedding", comm.embedding / per}}},
+              {"peak_kept", peak_kept}, {"messages_sent", p2p.messages_sent()},
+              {"messages_received", p2p.messages_received()}, {"recv_seconds", p2p.recv_seconds()},
+              {"memory", memory}, {"parameter_bytes", parameter_bytes},
+              {"peak_tensor_bytes", count_memory ? nlohmann::json(peak_tensor_bytes) : nlohmann::json()},
+              {"peak_rss_bytes", kit::memory::peak_rss_bytes()}});
+    run.write(m);
+  }
+  return 0;
+}
+
+}  // namespace
