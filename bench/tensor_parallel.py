@@ -6,8 +6,8 @@
 
 For each preset, with one global batch (--batch-size rows of --seq-len tokens per step) and
 --threads per process, it runs
-  - one process: build/run_tensor_parallel --world-size 1 (the same program, no peers);
-  - tensor parallel, t = 2: build/run_tensor_parallel --world-size 2 (Gloo), every rank
+  - one process: build/train_parallel --tp 1 (the same program, no peers);
+  - tensor parallel, t = 2: build/train_parallel --tp 2 (Gloo), every rank
     running the whole batch on half of each block;
   - data parallel, 2 ranks: build/bench --config dp with --batch-size / 2 rows per rank
     (Problem 1.2's average_gradients after backward), so both see the same global batch;
@@ -34,7 +34,7 @@ from bench_process import (argument_parser, command_line, common_options, last_j
                            write_summary)
 from gnuplot_png import BAR_STYLE, Summary, bar_panel, draw_figures, figure_options, quote, render_png
 
-TARGETS = "run_tensor_parallel bench"  # what the runs need built
+TARGETS = "train_parallel bench"  # what the runs need built
 FIGURE = "tp_throughput_communication.png"
 RUN_COLOURS = ["#4C72B0", "#DD8452", "#55A868"]  # one per kind of run, the same in both panels and every preset
 
@@ -42,7 +42,7 @@ T = 2  # the tensor-parallel size and the data-parallel ranks compared
 
 
 def parse_args(argv=None):
-    ap = argument_parser(__doc__, "run_tensor_parallel and bench")
+    ap = argument_parser(__doc__, "train_parallel and bench")
     ap.add_argument("--presets", nargs="+", default=["cpu-small", "cpu-base"])
     ap.add_argument("--n-head", type=int, default=0, help="override the presets' heads (0: theirs; t must divide it)")
     ap.add_argument("--batch-size", type=int, default=16, help="the global batch, the same in every run")
@@ -54,7 +54,7 @@ def parse_args(argv=None):
 
 
 def tp_run(args, preset, t):
-    cmd = [os.path.join(args.build, "run_tensor_parallel"), "--world-size", str(t), "--preset", preset,
+    cmd = [os.path.join(args.build, "train_parallel"), "--tp", str(t), "--preset", preset,
            "--batch-size", str(args.batch_size), "--seq-len", str(args.seq_len), "--vocab-size", str(args.vocab_size),
            "--threads", str(args.threads), "--steps", str(args.warmup + args.steps), "--warmup", str(args.warmup)]
     _, ranks = run_ranks(cmd, os.path.join(args.out, preset, f"tp{t}"), t, args.timeout, TARGETS,
@@ -67,7 +67,7 @@ def tp_run(args, preset, t):
         "all_reduce_calls_per_step": r0["tp_all_reduce_calls_per_step"],
         "all_reduce_bytes_per_step": r0["tp_all_reduce_bytes_per_step"],
         "formula_all_reduce_bytes_per_step": r0["formula_all_reduce_bytes_per_step"],
-        "parameter_bytes_per_rank": [m["parameter_bytes"] for m in ranks],
+        "parameter_bytes_per_rank": [m["parameter_bytes_by_kind"] for m in ranks],
         "full_parameter_bytes": r0["full_parameter_bytes"],
         "blocks_fraction_per_rank": [m["blocks_fraction"] for m in ranks],
         "optimizer_state_bytes_per_rank": [m["optimizer_state_bytes"] for m in ranks],

@@ -31,7 +31,7 @@ std::string preset_list();
 void add_preset_option(CLI::App& app, RunOptions& opts);
 
 // The options of the programs that train GPT-2 on synthetic tokens across processes
-// (train_parallel, run_tensor_parallel, run_zero, run_terapipe); each
+// (train_parallel, run_zero, run_terapipe); each
 // program's options derive from it and add their own.
 struct SyntheticOptions {
   RunOptions run;
@@ -84,9 +84,8 @@ GPT2Config model_config(const RunOptions& opts);
 // and exit code 1 (never an abort); CLI11 parse errors print usage and their own code.
 int guarded_main(int argc, char** argv, CLI::App& app, const std::function<int()>& body);
 
-// The body of a program that runs as several processes (run_data_parallel,
-// train_parallel, run_tensor_parallel): with no launcher in the environment the
-// program is the launcher (`launcher()` starts the ranks); under srun, torchrun-style
+// The body of a program that runs as several processes (run_data_parallel): with no
+// launcher in the environment the program is the launcher (`launcher()` starts the ranks); under srun, torchrun-style
 // variables or the kit's own launcher it is one rank (`worker(world)`). A rank that lost a
 // peer exits with dist::kExitPeerLost, so the launcher names the rank that failed first;
 // another kit::Error exits with 1, naming this rank. world_size_flag: the --world-size the

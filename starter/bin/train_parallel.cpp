@@ -5,6 +5,7 @@
 //
 //   ./build/train_parallel --pp 4 --schedule 1f1b --micro-batches 8       # Problem 3: a pipeline
 //   ./build/train_parallel --pp 2 --schedule interleaved --virtual 2 --n-layer 4 --micro-batches 4
+//   ./build/train_parallel --tp 2 --save runs/tp.pt                        # Problem 4: tensor parallel
 //   ./build/train_parallel --dp 2 --pp 2 --tp 2                            # Problem 6: the 3D grid
 //   ./build/train_parallel --dp 2 --pp 1 --tp 2 --zero                     # ZeRO-1 over each data group
 //   ./build/train_parallel --dp 2 --pp 2 --tp 1 --optimizer zero2
@@ -16,6 +17,7 @@
 // synthetic batches and every field it writes: README.md in this folder; the options: --help.
 #include <torch/torch.h>
 
+#include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
@@ -28,10 +30,13 @@
 #include "kit/precision.h"
 #include "model/checkpoint.h"
 #include "model/gpt2.h"
+#include "pipeline/model_parallel.h"
 #include "pipeline_training/measured.h"
 #include "pipeline_training/schedules.h"
 #include "pipeline_training/simulate.h"
 #include "pipeline_training/trace_events.h"
+#include "tensor_parallel/model.h"
+#include "tensor_parallel/sharding.h"
 #include "zero/data_parallel_optimizer.h"
 
 namespace {
@@ -40,7 +45,8 @@ namespace pp = kit::pp;
 struct ParallelOptions : kit::SyntheticOptions {
   ParallelOptions() : SyntheticOptions("runs/parallel/{world}/rank{rank}.json") { steps = 5; }
   kit::grid::GridShape grid{1, 1, 1};
-  int64_t microbatches = 2;
+  int64_t microbatches = 1;  // --chunks; by default p, the fewest that fill the pipeline
+  int64_t n_head = 0;        // 0: the preset's
   int64_t virtual_chunks = 1;
   std::string schedule = "1f1b";
   std::string optimizer = "adamw";  // --zero: zero1
@@ -48,7 +54,7 @@ struct ParallelOptions : kit::SyntheticOptions {
   bool recompute = false;  // Problem 6.3
   bool memory = false;
   double weight_decay = 0.0;
-  std::string save, save_ranks, timeline, trace, schedule_file;
+  std::string save, save_ranks, timeline, trace, schedule_file, init_from;
   bool precheck = true;
   int fail_rank = -1;
   int64_t fail_at_action = 0;
@@ -57,6 +63,7 @@ struct ParallelOptions : kit::SyntheticOptions {
 kit::GPT2Config config_of(const ParallelOptions& o) {
   kit::GPT2Config cfg = kit::synthetic_config(o);
   cfg.vocab_size = o.vocab;  // what kit::build_model does for synthetic tokens
+  if (o.n_head > 0) cfg.n_head = o.n_head;
   return cfg;
 }
 
@@ -93,10 +100,17 @@ pp::Schedules checked_schedules(const ParallelOptions& o, int world_size) {
   const kit::GPT2Config cfg = config_of(o);
   kit::check_model_fits(cfg, o.run.data.seq_len, o.vocab);
   pp::check_blocks_fit(cfg.n_layer, shape);
-  if (cfg.n_head % o.grid.tp != 0 || cfg.n_embd % o.grid.tp != 0 || o.vocab % o.grid.tp != 0)
-    throw kit::Error("--tp " + std::to_string(o.grid.tp) + " must divide the heads (" + std::to_string(cfg.n_head) +
-                     "), the width (" + std::to_string(cfg.n_embd) + ") and --vocab-size (" +
-                     std::to_string(o.vocab) + ")");
+  if (cfg.n_head < 1 || cfg.n_embd % cfg.n_head != 0)
+    throw kit::Error("--n-head " + std::to_string(cfg.n_head) + " must divide n_embd " + std::to_string(cfg.n_embd));
+  try {
+    kit::tp::check_divisible(cfg, o.grid.tp);  // names the size and the t that fit
+  } catch (const kit::Error& e) {
+    throw kit::Error("--tp " + std::to_string(o.grid.tp) + " must divide the heads, the width and --vocab-size: " +
+                     e.what());
+  }
+  if (!o.init_from.empty() && !std::filesystem::exists(o.init_from))
+    throw kit::Error("--init-from " + o.init_from + " does not exist: give a checkpoint written by train, "
+                     "train_parallel --save or convert_checkpoint");
   if (!o.trace.empty()) kit::check_trace_paths(o.trace, world_size);
   pp::Schedules schedules;
   if (!o.schedule_file.empty()) {
@@ -108,6 +122,10 @@ pp::Schedules checked_schedules(const ParallelOptions& o, int world_size) {
   if (o.precheck) pp::simulate(schedules, shape);
   if (o.backend == "nccl") pp::check_in_order_delivery(schedules, shape);
   return schedules;
+}
+
+nlohmann::json bytes_json(const kit::tp::ParameterBytes& b) {
+  return {{"blocks", b.blocks}, {"embeddings", b.embeddings}, {"other", b.other}, {"total", b.total()}};
 }
 
 int worker_main(const ParallelOptions& o, const kit::WorldInfo& world);
@@ -132,8 +150,8 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"gpipe", "1f1b", "pipedream-flush", "interleaved"}))
       ->capture_default_str();
   kit::add_microbatches_option(app, o.microbatches,
-                               "Micro-batches m per data-parallel replica (must divide its rows; interleaved: a "
-                               "multiple of p)");
+                               "Micro-batches m per data-parallel replica (default: p; must divide its rows; "
+                               "interleaved: a multiple of p)");
   app.add_option("--virtual", o.virtual_chunks, "Model chunks v per rank (interleaved only; v*p stages)")
       ->capture_default_str();
   app.add_option("--optimizer", o.optimizer,
@@ -149,7 +167,9 @@ int main(int argc, char** argv) {
   help.batch_size = "Rows of the global batch (a multiple of d*m)";
   help.vocab = "Vocabulary of the synthetic tokens (t must divide it)";
   kit::add_model_options(app, o, help);
+  app.add_option("--n-head", o.n_head, "Attention heads (default: the preset's); t must divide it");
   app.add_option("--weight-decay", o.weight_decay, "AdamW's decoupled weight decay")->capture_default_str();
+  app.add_option("--init-from", o.init_from, "Start from this whole-model checkpoint instead of --seed's weights");
   kit::add_process_options(app, o);
   app.add_flag("--memory", o.memory,
                "Count what each batch's schedule keeps alive per rank, sampled before each action (kept) and at "
@@ -159,7 +179,8 @@ int main(int argc, char** argv) {
   kit::add_trace_option(app, o.trace, "pipeline schedule over the timed steps",
                         "F/B events with their P2P receives, one track per rank");
   app.add_option("--save", o.save, "Write the whole trained model here (gathered on rank 0; the one-process "
-                                   "checkpoint format)");
+                                   "checkpoint format, read by train --init, kit::import_checkpoint and torch.load)");
+  kit::refuse_option(app, "--save-checkpoint", "train_parallel gathers the whole model into --save FILE");
   app.add_option("--save-ranks", o.save_ranks,
                  "Tests: write DIR/rank<r>.pt with gradients after the first batch, parameters after --steps "
                  "steps, the losses and the timeline");
@@ -179,6 +200,7 @@ int main(int argc, char** argv) {
              "coordinates.");
   return kit::guarded_main(argc, argv, app, [&] {
     o.grid = {dp, pp, tp};
+    if (app.count("--chunks") == 0) o.microbatches = pp;
     if (o.zero && app.count("--optimizer") == 0) o.optimizer = "zero1";
     // Under srun or torchrun, checked_schedules names the grid that does not fit the world.
     return kit::run_ranks(0, o.grid.world(), o.port, "ranks of the grid " + o.grid.str(),
@@ -253,9 +275,9 @@ int worker_main(const ParallelOptions& o, const kit::WorldInfo& world) {
   kit::memory::enable_counting(device);  // before the model: tensor bytes on the rank's device (kit/memory.h)
   const bool count_memory = kit::memory::why_not_counted(device).empty();
   const kit::GPT2Config cfg = config_of(o);
-  // A pipeline alone needs none of Problem 6's grid arithmetic (Assignment 2 has none yet).
-  const kit::grid::ProcessGrid grid = o.grid.dp == 1 && o.grid.tp == 1 ? kit::grid::make_pipeline_grid(o.grid.pp)
-                                                                       : kit::grid::make_process_grid(o.grid);
+  // One parallelism alone needs none of Problem 6's grid arithmetic (Assignment 2 has none yet).
+  const kit::grid::ProcessGrid grid = kit::grid::is_single_axis(o.grid) ? kit::grid::make_single_axis_grid(o.grid)
+                                                                        : kit::grid::make_process_grid(o.grid);
   const auto& c = grid.coords;
 
   kit::grid::Options3D t;
@@ -267,12 +289,23 @@ int worker_main(const ParallelOptions& o, const kit::WorldInfo& world) {
   t.lr = o.run.train.lr;
   t.weight_decay = o.weight_decay;
   t.precision = kit::parse_precision(o.precision);
-  // The whole model from the seed on every rank; each rank keeps its part.
-  kit::grid::Trainer3D trainer(kit::build_model(cfg, o.vocab, o.run.data.seq_len, o.run.train.seed), grid, t);
+  // The whole model from the seed (or --init-from) on every rank; each rank keeps its part.
+  kit::GPT2 full = kit::build_model(cfg, o.vocab, o.run.data.seq_len, o.run.train.seed);
+  if (!o.init_from.empty()) kit::import_checkpoint(*full, o.init_from);
+  const kit::tp::ParameterBytes full_bytes = kit::tp::parameter_bytes(*full);
+  kit::grid::Trainer3D trainer(full, grid, t);
   for (const auto& chunk : trainer.chunks()) chunk.ptr()->set_recompute(o.recompute);
   const pp::PipelineShape& shape = trainer.pipeline_shape();
-  int64_t parameter_bytes = 0;
+  int64_t parameter_bytes = 0, blocks = 0;
   for (const auto& p : trainer.parameters()) parameter_bytes += kit::memory::bytes_of(p);
+  kit::tp::ParameterBytes mine;  // by kind, over this rank's chunks
+  for (int64_t ci = 0; ci < shape.virtual_chunks; ++ci) {
+    const kit::tp::ParameterBytes b = kit::tp::parameter_bytes(*trainer.chunks()[static_cast<size_t>(ci)]);
+    mine.blocks += b.blocks;
+    mine.embeddings += b.embeddings;
+    mine.other += b.other;
+    blocks += kit::blocks_per_stage(cfg.n_layer, shape.stages())[static_cast<size_t>(pp::virtual_stage(shape, c.pp, ci))];
+  }
   if (rank == 0)
     std::cout << "rank 0 of " << W << " (" << world.launcher_name() << ", " << o.backend << "): grid "
               << o.grid.str() << ", " << o.schedule << ", m = " << o.microbatches << ", v = " << o.virtual_chunks
@@ -290,6 +323,7 @@ int worker_main(const ParallelOptions& o, const kit::WorldInfo& world) {
   MemoryProbe probe{device, {}, 0};
   const bool probes = o.memory && count_memory;
   kit::grid::CommSeconds comm;
+  kit::dist::Counters tensor;  // the tensor group's all-reduces over the timed steps
   int64_t peak_tensor_bytes = 0, peak_kept = 0;
   std::vector<kit::trace::Event> trace_events;  // --trace: every timed step's
   nlohmann::json timed_steps = nlohmann::json::array();
@@ -321,6 +355,9 @@ int worker_main(const ParallelOptions& o, const kit::WorldInfo& world) {
     timed_steps.push_back(pp::step_json(r.batch, k));
     if (!o.trace.empty())
       for (auto& e : pp::measured_events(r.batch, rank, {o.virtual_chunks, 1}, k)) trace_events.push_back(std::move(e));
+    const kit::dist::Counters tc = grid.tensor.counters();  // this step's (the trainer resets them)
+    tensor.all_reduce_calls += tc.all_reduce_calls;
+    tensor.all_reduce_bytes += tc.all_reduce_bytes;
     comm.data += r.comm.data;
     comm.tensor += r.comm.tensor;
     comm.pipeline += r.comm.pipeline;
@@ -365,6 +402,10 @@ int worker_main(const ParallelOptions& o, const kit::WorldInfo& world) {
   if (!o.run.out.empty()) {
     const double per = static_cast<double>(timer.timed_steps());
     const pp::P2P& p2p = trainer.p2p();
+    // Megatron's count: each block all-reduces its (rows, T, C) activations twice forward and
+    // twice backward over the tensor group (at t = 1 the group is one rank and sends nothing).
+    const int64_t tp_formula = o.grid.tp > 1 ? 4 * blocks * (B / o.grid.dp) * T * cfg.n_embd * 4 : 0;
+    const double tp_bytes = static_cast<double>(tensor.all_reduce_bytes) / per;
     // Every token of the global batch passes through every pipeline: tokens/s is the job's.
     nlohmann::json m = run.metrics(B * T);
     m.update({{"n_layer", cfg.n_layer}, {"n_head", cfg.n_head}, {"n_embd", cfg.n_embd},
@@ -380,6 +421,14 @@ int worker_main(const ParallelOptions& o, const kit::WorldInfo& world) {
               {"peak_kept", peak_kept}, {"messages_sent", p2p.messages_sent()},
               {"messages_received", p2p.messages_received()}, {"recv_seconds", p2p.recv_seconds()},
               {"memory", memory}, {"parameter_bytes", parameter_bytes},
+              {"parameter_bytes_by_kind", bytes_json(mine)}, {"full_parameter_bytes", bytes_json(full_bytes)},
+              {"blocks_fraction", full_bytes.blocks > 0 ? static_cast<double>(mine.blocks) / full_bytes.blocks : 0.0},
+              {"tensor_parallel", o.grid.tp},
+              {"tp_all_reduce_calls_per_step", static_cast<double>(tensor.all_reduce_calls) / per},
+              {"tp_all_reduce_bytes_per_step", tp_bytes}, {"tp_comm_seconds_per_step", comm.tensor / per},
+              {"formula_all_reduce_bytes_per_step", tp_formula},
+              {"non_block_all_reduce_bytes_per_step", tp_bytes - static_cast<double>(tp_formula)},
+              {"optimizer_state_bytes", trainer.optimizer().state_bytes()},
               {"peak_tensor_bytes", count_memory ? nlohmann::json(peak_tensor_bytes) : nlohmann::json()},
               {"peak_rss_bytes", kit::memory::peak_rss_bytes()}});
     run.write(m);

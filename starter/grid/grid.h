@@ -17,7 +17,7 @@
 //   Coordinates c = coordinates_of(rank, s);    // Problem 6.1
 //   auto tp_ranks = group_ranks(GroupKind::Tensor, rank, s);   // Problem 6.1
 //   ProcessGrid grid = make_process_grid(s);    // given: every group as a dist subgroup
-//   ProcessGrid line = make_pipeline_grid(4);   // given: d = t = 1, without Problem 6.1
+//   ProcessGrid line = make_single_axis_grid({.pp = 4});   // given: one axis, without 6.1
 #pragma once
 #include <string>
 #include <vector>
@@ -61,14 +61,18 @@ struct ProcessGrid {
   GridShape shape;
   Coordinates coords;
   dist::Group data, tensor, pipeline, embedding;
+  std::vector<int> pipeline_ranks;  // the world ranks of this rank's pipeline, stage 0 first
   bool is_first_stage() const { return coords.pp == 0; }
   bool is_last_stage() const { return coords.pp == shape.pp - 1; }
 };
 ProcessGrid make_process_grid(const GridShape& shape);
-// Given: Problem 3's world as a grid, one pipeline of `stages` ranks (d = t = 1), built
-// without Problem 6.1's functions, so that a pipeline alone runs on the grid's trainer in a
-// bundle that has none of Problem 6 yet.
-ProcessGrid make_pipeline_grid(int stages);
+// Given: a grid with at most one axis above 1 (a pipeline alone, Problem 3; tensor parallelism
+// alone, Problem 4; data parallelism alone), built without Problem 6.1's functions: that axis's
+// group holds every rank in rank order, the other groups each rank alone. So one parallelism
+// runs on the grid's trainer in a bundle that has none of Problem 6 yet. kit::Error for a grid
+// with two axes above 1 (make_process_grid's).
+bool is_single_axis(const GridShape& shape);
+ProcessGrid make_single_axis_grid(const GridShape& shape);
 
 // Given: the node that holds `rank` when a node has gpus_per_node ranks (ranks fill nodes in
 // order, as srun's block distribution does).

@@ -97,6 +97,7 @@ ProcessGrid build_grid(const GridShape& shape, const Arithmetic& a) {
   // This rank's pipeline's embedding group: a member on the first and last stage, a
   // non-member handle in between.
   const std::vector<int> my_pipeline = a.group(GroupKind::Pipeline, me);
+  grid.pipeline_ranks = my_pipeline;
   int i = 0;
   for (const auto& pipe : all_groups(GroupKind::Pipeline, shape, a)) {
     std::vector<int> ends = {pipe.front()};
@@ -110,14 +111,22 @@ ProcessGrid build_grid(const GridShape& shape, const Arithmetic& a) {
 
 ProcessGrid make_process_grid(const GridShape& shape) { return build_grid(shape, problem_6_1(shape)); }
 
-ProcessGrid make_pipeline_grid(int stages) {
-  const GridShape shape{1, stages, 1};
-  std::vector<int> all(static_cast<size_t>(std::max(stages, 0)));
-  for (int r = 0; r < stages; ++r) all[static_cast<size_t>(r)] = r;
-  return build_grid(shape, {[](int r) { return Coordinates{0, r, 0}; }, [](const Coordinates& c) { return c.pp; },
-                            [all](GroupKind kind, int r) {
-                              return kind == GroupKind::Pipeline ? all : std::vector<int>{r};
-                            }});
+bool is_single_axis(const GridShape& shape) { return (shape.dp > 1) + (shape.pp > 1) + (shape.tp > 1) <= 1; }
+
+ProcessGrid make_single_axis_grid(const GridShape& shape) {
+  if (!is_single_axis(shape))
+    throw Error("make_single_axis_grid: the grid " + shape.str() + " has more than one axis above 1: use "
+                "make_process_grid");
+  // The one axis above 1 (none: the pipeline, of one rank) holds every rank, the others each rank alone.
+  const GroupKind axis = shape.dp > 1 ? GroupKind::Data : shape.tp > 1 ? GroupKind::Tensor : GroupKind::Pipeline;
+  std::vector<int> all(static_cast<size_t>(std::max(shape.world(), 0)));
+  for (int r = 0; r < shape.world(); ++r) all[static_cast<size_t>(r)] = r;
+  const auto at = [axis](int r) {
+    return axis == GroupKind::Data ? Coordinates{r, 0, 0} : axis == GroupKind::Tensor ? Coordinates{0, 0, r}
+                                                                                       : Coordinates{0, r, 0};
+  };
+  return build_grid(shape, {at, [](const Coordinates& c) { return c.dp + c.pp + c.tp; },
+                            [axis, all](GroupKind kind, int r) { return kind == axis ? all : std::vector<int>{r}; }});
 }
 
 }  // namespace kit::grid

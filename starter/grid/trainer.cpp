@@ -91,7 +91,7 @@ Trainer3D::Trainer3D(const GPT2& full, const ProcessGrid& grid, Options3D option
   }
   const auto options_of_messages = torch::TensorOptions().dtype(type).device(dist::device());
   impl_->p2p = std::make_unique<pp::P2P>(shape_, grid.coords.pp, options_of_messages,
-                                         group_ranks(GroupKind::Pipeline, dist::get_rank(), grid.shape));
+                                         grid.pipeline_ranks);
   impl_->executor = std::make_unique<pp::Executor>(chunks_, shape_, grid.coords.pp, *impl_->p2p);
   impl_->executor->set_precision(options.precision);
   impl_->pipeline = {chunks_, shape_, grid.coords.pp, &grid_.embedding};
@@ -111,6 +111,7 @@ std::vector<torch::Tensor> Trainer3D::parameters() const {
 }
 
 const pp::P2P& Trainer3D::p2p() const { return *impl_->p2p; }
+const zero::DataParallelOptimizer& Trainer3D::optimizer() const { return *impl_->optimizer; }
 
 StepReport Trainer3D::step(const torch::Tensor& idx, const torch::Tensor& labels, const torch::Tensor& mask,
                            const StepHooks& hooks) {
@@ -166,7 +167,7 @@ TensorDict Trainer3D::gather_state_dict() const {
   TensorDict out;
   if (grid_.coords.dp != 0 || grid_.coords.tp != 0) return out;
   const int me = dist::get_rank();
-  const auto pipeline = group_ranks(GroupKind::Pipeline, me, grid_.shape);
+  const auto& pipeline = grid_.pipeline_ranks;
   int tag = kGatherTag;
   for (const auto& [name, sizes] : entries) {
     const int64_t s = stage_of_parameter(name, cfg, S);

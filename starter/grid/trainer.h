@@ -39,6 +39,10 @@
 #include "pipeline_training/p2p.h"
 #include "pipeline_training/schedules.h"
 
+namespace kit::zero {
+class DataParallelOptimizer;
+}
+
 namespace kit::grid {
 
 struct Options3D {
@@ -105,6 +109,8 @@ class Trainer3D {
   const pp::PipelineShape& pipeline_shape() const { return shape_; }
   // The pipeline's messages: counts and the seconds spent receiving.
   const pp::P2P& p2p() const;
+  // The data-parallel optimizer (its byte counts).
+  const zero::DataParallelOptimizer& optimizer() const;
 
  private:
 

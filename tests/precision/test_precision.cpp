@@ -1,6 +1,6 @@
 // --precision bf16 against fp32 for every kind of parallelism the training programs run:
 // data parallelism and ZeRO-1/2/3 (run_zero), the pipeline schedules (train_parallel --pp),
-// tensor parallelism (run_tensor_parallel), the 3D grid with recomputation (train_parallel --dp --pp --tp) and
+// tensor parallelism (train_parallel --tp), the 3D grid with recomputation (train_parallel --dp --pp --tp) and
 // TeraPipe (run_terapipe). Each case runs its program twice on the tiny preset, the same
 // seed and batches, once per precision, and compares the losses step by step.
 //
@@ -156,7 +156,7 @@ TEST(Precision, PipelineInterleaved) {
                              {"--pp", "2", "--schedule", "interleaved", "--chunks", "2", "--virtual", "2",
                               "--n-layer", "4"}});
 }
-TEST(Precision, TensorParallel) { expect_bf16_close_to_fp32({"run_tensor_parallel", {"--world-size", "2"}}); }
+TEST(Precision, TensorParallel) { expect_bf16_close_to_fp32({"train_parallel", {"--tp", "2"}}); }
 // Four processes: two pipeline stages of two tensor-parallel ranks, the blocks recomputed in
 // the backward (which must run them again in bf16, as their forward ran).
 TEST(Precision, Grid3DWithRecompute) {

@@ -1,4 +1,5 @@
-// run_tensor_parallel end to end: t = 1 and t = 2 processes train as one process of the first
+// Problem 4 through train_parallel --tp end to end: t = 1 (the trainer's one-process stage) and
+// t = 2 processes (the student's tensor-parallel layers) train as one process of the first
 // assignment's model does, written out here without any tensor-parallel code (losses, and the
 // gathered checkpoint that model reads), and a t that does not divide the vocabulary is
 // refused by the launcher before any process starts. The program runs the student's code: the
@@ -27,11 +28,11 @@ namespace {
 constexpr int64_t kHeads = 4, kRunVocab = 64, kRunBatch = 4, kRunSeqLen = 16, kSteps = 2;
 
 std::vector<std::string> args(int t, const std::string& dir, int64_t vocab = kRunVocab) {
-  return {kit_test::build_program("run_tensor_parallel"), "--world-size", std::to_string(t), "--preset", "tiny", "--n-head",
+  return {kit_test::build_program("train_parallel"), "--tp", std::to_string(t), "--preset", "tiny", "--n-head",
           std::to_string(kHeads), "--dropout", "0", "--batch-size", std::to_string(kRunBatch), "--seq-len",
           std::to_string(kRunSeqLen), "--vocab-size", std::to_string(vocab), "--steps", std::to_string(kSteps),
           "--lr", "0.001", "--seed", "7", "--threads", "1", "--no-progress",
-          "--out", dir + "/metrics/{rank}.json", "--save-checkpoint", dir + "/model.pt"};
+          "--out", dir + "/metrics/{rank}.json", "--save", dir + "/model.pt"};
 }
 
 kit::GPT2 read_checkpoint(const std::string& path) {
@@ -44,7 +45,7 @@ kit::GPT2 read_checkpoint(const std::string& path) {
   return model;
 }
 
-// What run_tensor_parallel computes, in one process with kit::GPT2 and no tensor-parallel
+// What train_parallel --tp computes, in one process with kit::GPT2 and no tensor-parallel
 // code (the program's recipe, see its header): the model from --seed, the synthetic batches
 // from seed + 1000, AdamW (weight decay: TrainConfig's default). Its losses and its model.
 struct OneProcess {
@@ -106,19 +107,19 @@ TEST(TPRun, TwoRanksTrainAsOneProcessAndSaveTheWholeModel) {
     out.put("t2.checkpoint", checkpoint_parameters(two / "model.pt"));
   });
   if (!kit::judge::judging()) return;
-  ASSERT_EQ(got.get<int>("t1.exitcode"), 0) << "--world-size 1: " << got.get<std::string>("t1.describe");
-  ASSERT_EQ(got.get<int>("t2.exitcode"), 0) << "--world-size 2: " << got.get<std::string>("t2.describe");
+  ASSERT_EQ(got.get<int>("t1.exitcode"), 0) << "--tp 1: " << got.get<std::string>("t1.describe");
+  ASSERT_EQ(got.get<int>("t2.exitcode"), 0) << "--tp 2: " << got.get<std::string>("t2.describe");
   const auto metrics = [&](const std::string& name) {
     return nlohmann::json::parse(got.get<std::string>(name));
   };
 
-  // t = 1 runs the same student code as t = 2: both are held to the one-process model.
+  // Both are held to the one-process model.
   const OneProcess single = one_process_reference();
   const auto ref = single.losses;
   const auto t1 = metrics("t1.metrics0")["losses"].get<std::vector<double>>();
   ASSERT_EQ(t1.size(), ref.size());
   for (size_t k = 0; k < ref.size(); ++k)
-    EXPECT_NEAR(t1[k], ref[k], 1e-4 * std::abs(ref[k])) << "--world-size 1, step " << k << ", against kit::GPT2 in "
+    EXPECT_NEAR(t1[k], ref[k], 1e-4 * std::abs(ref[k])) << "--tp 1, step " << k << ", against kit::GPT2 in "
                                                             "one process";
   for (int rank = 0; rank < 2; ++rank) {
     const nlohmann::json m = metrics("t2.metrics" + std::to_string(rank));
@@ -129,7 +130,7 @@ TEST(TPRun, TwoRanksTrainAsOneProcessAndSaveTheWholeModel) {
     // Each rank holds half of every block's matrices; the layer norms and the two
     // row-parallel biases (6 C floats per block) stay whole on every rank.
     const int64_t whole = m["n_layer"].get<int64_t>() * 6 * m["n_embd"].get<int64_t>() * 4;
-    EXPECT_EQ(m["parameter_bytes"]["blocks"].get<int64_t>(),
+    EXPECT_EQ(m["parameter_bytes_by_kind"]["blocks"].get<int64_t>(),
               (m["full_parameter_bytes"]["blocks"].get<int64_t>() - whole) / 2 + whole)
         << "rank " << rank;
     // The blocks alone all-reduce 4 B T C floats per block per step; the embedding and the
@@ -147,10 +148,10 @@ TEST(TPRun, TwoRanksTrainAsOneProcessAndSaveTheWholeModel) {
       for (const auto& [name, value] : params)
         if (name == p.key()) x = &value;
       ASSERT_TRUE(x && x->sizes() == p.value().sizes())
-          << p.key() << " of --world-size " << t << "'s checkpoint is missing or of another shape";
+          << p.key() << " of --tp " << t << "'s checkpoint is missing or of another shape";
       const torch::Tensor y = p.value().detach();
       const double excess = ((*x - y).abs() - (1e-5 + 1e-4 * y.abs())).max().item<double>();
-      EXPECT_LE(excess, 0.0) << p.key() << " of --world-size " << t
+      EXPECT_LE(excess, 0.0) << p.key() << " of --tp " << t
                              << "'s checkpoint differs from kit::GPT2 trained in one process";
     }
   }
