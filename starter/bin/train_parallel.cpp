@@ -45,7 +45,7 @@ namespace pp = kit::pp;
 struct ParallelOptions : kit::SyntheticOptions {
   ParallelOptions() : SyntheticOptions("runs/parallel/{world}/rank{rank}.json") { steps = 5; }
   kit::grid::GridShape grid{1, 1, 1};
-  int64_t microbatches = 1;  // --chunks; by default p, the fewest that fill the pipeline
+  int64_t microbatches = 0;  // --chunks; 0: p, the fewest that fill the pipeline
   int64_t n_head = 0;        // 0: the preset's
   int64_t virtual_chunks = 1;
   std::string schedule = "1f1b";
@@ -150,8 +150,8 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"gpipe", "1f1b", "pipedream-flush", "interleaved"}))
       ->capture_default_str();
   kit::add_microbatches_option(app, o.microbatches,
-                               "Micro-batches m per data-parallel replica (default: p; must divide its rows; "
-                               "interleaved: a multiple of p)");
+                               "Micro-batches m per data-parallel replica (0: p, the fewest that fill the "
+                               "pipeline; must divide the replica's rows; interleaved: a multiple of p)");
   app.add_option("--virtual", o.virtual_chunks, "Model chunks v per rank (interleaved only; v*p stages)")
       ->capture_default_str();
   app.add_option("--optimizer", o.optimizer,
@@ -200,7 +200,7 @@ int main(int argc, char** argv) {
              "coordinates.");
   return kit::guarded_main(argc, argv, app, [&] {
     o.grid = {dp, pp, tp};
-    if (app.count("--chunks") == 0) o.microbatches = pp;
+    if (o.microbatches == 0) o.microbatches = pp;
     if (o.zero && app.count("--optimizer") == 0) o.optimizer = "zero1";
     // Under srun or torchrun, checked_schedules names the grid that does not fit the world.
     return kit::run_ranks(0, o.grid.world(), o.port, "ranks of the grid " + o.grid.str(),

@@ -85,10 +85,13 @@ ProcessGrid build_grid(const GridShape& shape, const Arithmetic& a) {
   grid.shape = shape;
   const int me = dist::get_rank();
   grid.coords = a.coordinates(me);
+  // Names of this shape's own (another grid in the same process, a test's, names its groups apart).
+  const std::string prefix = "d" + std::to_string(shape.dp) + "p" + std::to_string(shape.pp) + "t" +
+                             std::to_string(shape.tp) + "/";
   for (const GroupKind kind : {GroupKind::Tensor, GroupKind::Data, GroupKind::Pipeline}) {
     int i = 0;
     for (const auto& ranks : all_groups(kind, shape, a)) {
-      const std::string name = std::string(name_of(kind)) + std::to_string(i++);
+      const std::string name = prefix + name_of(kind) + std::to_string(i++);
       dist::Group g = dist::new_group(ranks, name);
       if (!g.is_member()) continue;
       (kind == GroupKind::Data ? grid.data : kind == GroupKind::Tensor ? grid.tensor : grid.pipeline) = g;
@@ -102,7 +105,7 @@ ProcessGrid build_grid(const GridShape& shape, const Arithmetic& a) {
   for (const auto& pipe : all_groups(GroupKind::Pipeline, shape, a)) {
     std::vector<int> ends = {pipe.front()};
     if (pipe.size() > 1) ends.push_back(pipe.back());
-    dist::Group g = dist::new_group(ends, "embedding" + std::to_string(i++));
+    dist::Group g = dist::new_group(ends, prefix + "embedding" + std::to_string(i++));
     if (pipe == my_pipeline) grid.embedding = g;
   }
   return grid;

@@ -298,3 +298,79 @@ TEST(Grid, ProcessGridGroupsCommunicateAlongTheirAxis) {
     }
   }
 }
+
+// make_single_axis_grid (given code, no rubric item): a grid with one axis above 1, as
+// train_parallel builds it for one parallelism alone (Problems 3 and 4 in an Assignment 2
+// bundle), without Problem 6.1's functions. On 4 processes, for each axis in turn: that axis's
+// group is the world in rank order with the rank as its coordinate, the other groups are the
+// rank alone, pipeline_ranks is the pipeline's members, and the embedding group holds the
+// pipeline's first and last rank. Each rank records what it got; the judge checks it.
+RANK_SUBJECT(single_axis_groups) {
+  const int me = kit::dist::get_rank();
+  for (const GridShape s : {GridShape{4, 1, 1}, GridShape{1, 4, 1}, GridShape{1, 1, 4}, GridShape{1, 1, 1}}) {
+    if (s.world() != kit::dist::get_world_size() && s.world() != 1) continue;
+    if (s.world() == 1) {  // more than one rank: a 1 x 1 x 1 grid does not fit, a kit::Error
+      try {
+        grid::make_single_axis_grid(s);
+        out.put(s.str() + " refused", false);
+      } catch (const kit::Error&) {
+        out.put(s.str() + " refused", true);
+      }
+      continue;
+    }
+    const grid::ProcessGrid g = grid::make_single_axis_grid(s);
+    out.put(s.str() + " coords", g.coords);
+    out.put(s.str() + " pipeline_ranks", g.pipeline_ranks);
+    const std::vector<std::pair<GroupKind, const kit::dist::Group*>> groups = {
+        {GroupKind::Data, &g.data}, {GroupKind::Tensor, &g.tensor}, {GroupKind::Pipeline, &g.pipeline}};
+    for (const auto& [kind, group] : groups) {
+      const std::string name = s.str() + " " + grid::name_of(kind);
+      out.put(name + " ranks", group->is_member() ? group->ranks() : std::vector<int>{});
+      torch::Tensor x = torch::tensor({static_cast<double>(me)}, torch::kFloat64);
+      if (group->is_member()) kit::dist::all_reduce(x, kit::dist::ReduceOp::SUM, *group);
+      out.put(name + " sum", x.item<double>());
+    }
+    out.put(s.str() + " embedding ranks", g.embedding.is_member() ? g.embedding.ranks() : std::vector<int>{});
+  }
+  bool refused = false;
+  try {
+    grid::make_single_axis_grid({2, 2, 1});
+  } catch (const kit::Error&) {
+    refused = true;
+  }
+  out.put("two axes refused", refused);
+}
+
+TEST(GridSingleAxis, OneAxisHoldsTheWorldAndTheOthersEachRank) {
+  const int n = 4;
+  const auto run = kit_test::subject_ranks(n, "single_axis_groups", 90);
+  if (!judge::judging()) return;
+  if (!kit_test::expect_ranks_ok(run, n, "make_single_axis_grid on 4 ranks")) return;
+  const std::vector<int> world = {0, 1, 2, 3};
+  for (int r = 0; r < n; ++r) {
+    SCOPED_TRACE("rank " + std::to_string(r));
+    const judge::Record& got = run.records[static_cast<size_t>(r)];
+    for (const GroupKind axis : kKinds) {
+      const GridShape s = axis == GroupKind::Data ? GridShape{4, 1, 1}
+                          : axis == GroupKind::Pipeline ? GridShape{1, 4, 1} : GridShape{1, 1, 4};
+      SCOPED_TRACE(s.str());
+      const auto c = got.get<grid::Coordinates>(s.str() + " coords");
+      EXPECT_EQ(axis_coord(axis, c), r);
+      EXPECT_EQ(c.dp + c.pp + c.tp, r) << "the other coordinates are 0";
+      for (const GroupKind kind : kKinds) {
+        const std::string name = s.str() + " " + grid::name_of(kind);
+        const std::vector<int> want = kind == axis ? world : std::vector<int>{r};
+        EXPECT_EQ(got.get<std::vector<int>>(name + " ranks"), want) << grid::name_of(kind);
+        EXPECT_EQ(got.get<double>(name + " sum"), kind == axis ? 6.0 : static_cast<double>(r)) << grid::name_of(kind);
+      }
+      const std::vector<int> pipeline = axis == GroupKind::Pipeline ? world : std::vector<int>{r};
+      EXPECT_EQ(got.get<std::vector<int>>(s.str() + " pipeline_ranks"), pipeline);
+      // The pipeline's first and last stage (the middle ranks are not members).
+      const std::vector<int> ends = r == 0 || r == 3 ? std::vector<int>{0, 3} : std::vector<int>{};
+      EXPECT_EQ(got.get<std::vector<int>>(s.str() + " embedding ranks"),
+                axis == GroupKind::Pipeline ? ends : std::vector<int>{r});
+    }
+    EXPECT_TRUE(got.get<bool>(GridShape{1, 1, 1}.str() + " refused")) << "a 1 x 1 x 1 grid on 4 ranks";
+    EXPECT_TRUE(got.get<bool>("two axes refused")) << "make_single_axis_grid({2, 2, 1})";
+  }
+}
