@@ -9,7 +9,7 @@ Each run is its own process, one after the other on the same device, with the sa
 AdamW (lr 1e-4, weight decay 0.01), dropout and intra-op threads, synthetic tokens (uniform
 ids, drawn differently by the kit and here: compare speed and memory, not losses):
 
-  kit fp32          build/run_zero --world-size 1 --optimizer adamw (kit::AdamW; on CUDA the
+  kit fp32          build/train_parallel --optimizer adamw, one rank (kit::AdamW; on CUDA the
                     fused kernel and scaled_dot_product_attention, model/attention.h)
   torch same-ops    bench/baseline.py's GPT2: the kit's ops one for one (manual attention,
                     AdamW one parameter at a time), fp32
@@ -105,7 +105,7 @@ def torch_run(args, name):
 def kit_run(args, out_dir):
     d = os.path.join(out_dir, "kit")
     os.makedirs(d, exist_ok=True)
-    cmd = [os.path.join(args.build, "run_zero"), "--world-size", "1", "--optimizer", "adamw",
+    cmd = [os.path.join(args.build, "train_parallel"), "--optimizer", "adamw",
            "--preset", args.preset, "--batch-size", str(args.batch_size), "--seq-len", str(args.seq_len),
            "--vocab-size", str(args.vocab_size), "--steps", str(args.steps), "--warmup", str(args.warmup),
            "--dropout", str(args.dropout), "--seed", str(args.seed), "--weight-decay", "0.01",
@@ -120,7 +120,7 @@ def kit_run(args, out_dir):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 2)[2])
-    ap.add_argument("--build", default="build", help="the kit's build directory (its run_zero)")
+    ap.add_argument("--build", default="build", help="the kit's build directory (its train_parallel)")
     ap.add_argument("--device", default="cuda", help="cuda (the GPU the kit's rank 0 takes) or cpu")
     ap.add_argument("--preset", default="gpt2", choices=sorted(PRESETS))
     ap.add_argument("--batch-size", type=int, default=16)

@@ -6,16 +6,16 @@
         --coll-max-bytes 64K --coll-iters 1 --coll-warmup 1 # smoke: seconds
 
 For each preset, with 2 Gloo ranks (--world-size) and --threads per process, it runs
-build/run_zero three times, --optimizer adamw (plain data parallelism: all-reduce, then
-torch::optim::AdamW), zero1 and zero2 (kit::zero::ZeroAdamW), each rank on its own
---batch-size rows (gpt2: --gpt2-batch-size, --gpt2-seq-len, --gpt2-steps, kept small: one
+build/train_parallel --dp n three times, --optimizer adamw (plain data parallelism: all-reduce,
+then torch::optim::AdamW), zero1 and zero2 (kit::zero::ZeroAdamW), each rank on --batch-size
+rows of the global batch (n times that) (gpt2: --gpt2-batch-size, --gpt2-seq-len, --gpt2-steps, kept small: one
 step of the 124M-parameter model takes tens of seconds on one CPU thread), and reports per run
-  - memory per rank, counted from the tensors (run_zero's metrics): parameters, gradients
+  - memory per rank, counted from the tensors (train_parallel's metrics): parameters, gradients
     kept between steps, optimizer state, activations (bytes allocated during the forward pass
     and still held when it returned), the process's peak RSS, against the ZeRO paper's fp32
     formulas (DP 4P + 4P + 8P, ZeRO-1 4P + 4P + 8P/n, ZeRO-2 4P + 12P/n);
-  - tokens/s of all ranks together (the sum of each rank's own rate) and the step time
-    (the slowest rank's mean);
+  - tokens/s of all ranks together (the global batch's, the slowest rank's measure) and the
+    step time (the slowest rank's mean);
   - bytes communicated per step per rank: ZeRO, the ring's sends (counted); DP, 2(n-1)/n of
     the bytes all-reduced (the counter records the tensor, not the wire) against 2(n-1)/n 4P;
 then build/run_collectives (ring all-reduce against the dist layer's built-in one, float32,
@@ -36,13 +36,13 @@ import sys
 from bench_process import argument_parser, command_line, common_options, run, run_ranks, table_head, write_summary
 from gnuplot_png import BAR_STYLE, draw_figures, figure_options, inline, quote, stacked, summary_figures, tics
 
-TARGETS = "run_zero run_collectives"  # what the runs need built
+TARGETS = "train_parallel run_collectives"  # what the runs need built
 OPTIMIZERS = [("adamw", "DP"), ("zero1", "ZeRO-1"), ("zero2", "ZeRO-2")]
 MIB = 2**20
 
 
 def parse_args(argv=None):
-    ap = argument_parser(__doc__, "run_zero and run_collectives")
+    ap = argument_parser(__doc__, "train_parallel and run_collectives")
     ap.add_argument("--world-size", type=int, default=2, help="data-parallel ranks n")
     preset_options(ap, batch_size=8, steps=3)
     ap.add_argument("--coll-min-bytes", default="1K")
@@ -77,18 +77,26 @@ def preset_settings(args, preset):
     return {"batch_size": args.batch_size, "seq_len": args.seq_len, "steps": args.steps, "warmup": args.warmup}
 
 
+def data_parallel_ranks(args, preset, n, optimizer, st, out_dir, targets, extra=()):
+    """Each rank's metrics of one train_parallel --dp n run, st["batch_size"] rows per rank (the
+    global batch n times that); bench/zero_stages.py's runs too."""
+    cmd = [os.path.join(args.build, "train_parallel"), "--dp", str(n), "--optimizer", optimizer,
+           "--preset", preset, "--batch-size", str(n * st["batch_size"]), "--seq-len", str(st["seq_len"]),
+           "--vocab-size", str(args.vocab_size), "--threads", str(args.threads), "--weight-decay", "0.01",
+           "--steps", str(st["warmup"] + st["steps"]), "--warmup", str(st["warmup"]), "--backend", args.backend,
+           *extra]
+    _, ranks = run_ranks(cmd, out_dir, n, args.timeout, targets)
+    return ranks
+
+
 def zero_run(args, preset, optimizer, label, st):
     n = args.world_size
-    cmd = [os.path.join(args.build, "run_zero"), "--world-size", str(n), "--optimizer", optimizer,
-           "--preset", preset, "--batch-size", str(st["batch_size"]), "--seq-len", str(st["seq_len"]),
-           "--vocab-size", str(args.vocab_size), "--threads", str(args.threads),
-           "--steps", str(st["warmup"] + st["steps"]), "--warmup", str(st["warmup"]), "--backend", args.backend]
-    _, ranks = run_ranks(cmd, os.path.join(args.out, preset, optimizer), n, args.timeout, TARGETS)
+    ranks = data_parallel_ranks(args, preset, n, optimizer, st, os.path.join(args.out, preset, optimizer), TARGETS)
     r0 = ranks[0]
     return {
         "name": optimizer, "label": label, "processes": n,
-        "tokens_per_s": sum(m["tokens_per_sec"] for m in ranks),
-        "tokens_per_s_per_rank": [m["tokens_per_sec"] for m in ranks],
+        # the global batch's tokens per second on each rank's clock: the slowest's
+        "tokens_per_s": min(m["tokens_per_sec"] for m in ranks),
         "step_time_s": max(sum(m["timed_step_seconds"]) / len(m["timed_step_seconds"]) for m in ranks),
         "losses_per_rank": [m["losses"] for m in ranks],
         "memory_per_rank": [{"parameters": m["parameter_bytes"], "gradients": m["gradient_bytes"],
@@ -104,7 +112,7 @@ def zero_run(args, preset, optimizer, label, st):
         "comm_bytes_per_step": max(m["comm_bytes_per_step"] for m in ranks),
         "comm_bytes_counted": r0["comm_bytes_counted"],
         "formula_comm_bytes_per_step": r0["formula_all_reduce_comm_bytes_per_step"],
-        "comm_s_per_step": max(m["comm_seconds_per_step"] for m in ranks),
+        "comm_s_per_step": max(m["comm_seconds_per_step"]["data"] for m in ranks),
         "parameter_count": r0["parameter_count"], "n_layer": r0["n_layer"], "n_embd": r0["n_embd"],
         "n_head": r0["n_head"], "vocab_size": r0["vocab_size"],
     }

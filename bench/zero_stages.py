@@ -8,13 +8,13 @@
     python3 bench/zero_stages.py --precision bf16 ...       # the ZeRO stages in mixed precision
 
 For each preset and each n of --world-sizes (n Gloo ranks, --threads per process; n = 1 runs
-one rank in-process), it runs build/run_zero four times: --optimizer adamw (plain data
+one rank in-process), it runs build/train_parallel --dp n four times: --optimizer adamw (plain data
 parallelism: all-reduce, then torch::optim::AdamW), zero1 and zero2 (kit::zero::ZeroAdamW:
 the optimizer state, then the gradients too, sharded) and zero3 (kit::zero::Fsdp: the
-parameters too, gathered unit by unit), each rank on its own --batch-size rows (gpt2:
+parameters too, gathered unit by unit), each rank on --batch-size rows of the global batch (gpt2:
 --gpt2-batch-size, --gpt2-seq-len, --gpt2-steps, kept small: one step of the 124M-parameter
 model takes tens of seconds on one CPU thread), and reports per run
-  - memory per rank between steps, counted from the tensors (run_zero's metrics):
+  - memory per rank between steps, counted from the tensors (train_parallel's metrics):
     parameters, gradients, optimizer state, against the ZeRO paper's formulas: --precision
     fp32 (the default), fp32 AdamW, DP 4P + 4P + 8P = 16P, ZeRO-1 4P + 4P + 8P/n, ZeRO-2
     4P + 12P/n, ZeRO-3 16P/n; --precision bf16, the paper's mixed precision for the ZeRO
@@ -45,12 +45,12 @@ Python 3 standard library only.
 """
 import os
 
-from bench_process import (argument_parser, command_line, common_options, rel_diff, run_ranks, table_head,
+from bench_process import (argument_parser, command_line, common_options, rel_diff, table_head,
                            write_summary)
 from gnuplot_png import BAR_STYLE, draw_figures, figure_options, inline, quote, summary_figures, tics
-from zero import preset_options, preset_settings
+from zero import data_parallel_ranks, preset_options, preset_settings
 
-TARGETS = "run_zero"  # what the runs need built
+TARGETS = "train_parallel"  # what the runs need built
 # (--optimizer, label, colour, gnuplot point type)
 VARIANTS = [("adamw", "DP", "#4C72B0", 7), ("zero1", "ZeRO-1", "#DD8452", 5), ("zero2", "ZeRO-2", "#55A868", 9),
             ("zero3", "ZeRO-3", "#C44E52", 13)]
@@ -64,7 +64,7 @@ LOSS_TOLERANCE = {"fp32": 1e-5, "bf16": 1e-3}  # ZeRO-3's losses against DP's (b
 
 
 def parse_args(argv=None):
-    ap = argument_parser(__doc__, "run_zero")
+    ap = argument_parser(__doc__, "train_parallel")
     ap.add_argument("--world-sizes", type=int, nargs="+", default=[1, 2, 3, 4], help="data-parallel ranks n")
     preset_options(ap, batch_size=4, steps=2)
     ap.add_argument("--backend", default="gloo", choices=["gloo", "nccl"])
@@ -81,7 +81,7 @@ def parse_args(argv=None):
 
 
 def master_weights(optimizer, precision):
-    """Whether run_zero trains with bf16 parameters and an fp32 master (the ZeRO stages in bf16)."""
+    """Whether train_parallel trains with bf16 parameters and an fp32 master (the ZeRO stages in bf16)."""
     return precision == "bf16" and optimizer != "adamw"
 
 
@@ -103,17 +103,13 @@ def formula_comm(optimizer, p, n, precision="fp32"):
 
 
 def zero_run(args, preset, n, optimizer, st):
-    cmd = [os.path.join(args.build, "run_zero"), "--world-size", str(n), "--optimizer", optimizer,
-           "--preset", preset, "--batch-size", str(st["batch_size"]), "--seq-len", str(st["seq_len"]),
-           "--vocab-size", str(args.vocab_size), "--threads", str(args.threads),
-           "--steps", str(st["warmup"] + st["steps"]), "--warmup", str(st["warmup"]), "--backend", args.backend,
-           "--precision", args.precision]
-    _, ranks = run_ranks(cmd, os.path.join(args.out, preset, f"n{n}", optimizer), n, args.timeout, TARGETS)
+    ranks = data_parallel_ranks(args, preset, n, optimizer, st, os.path.join(args.out, preset, f"n{n}", optimizer),
+                                TARGETS, ["--precision", args.precision])
     r0 = ranks[0]
     p = r0["parameter_count"]
     return {
         "name": optimizer, "label": LABELS[optimizer], "world_size": n,
-        "tokens_per_s": sum(m["tokens_per_sec"] for m in ranks),
+        "tokens_per_s": min(m["tokens_per_sec"] for m in ranks),  # the global batch's, the slowest rank's clock
         "step_time_s": max(sum(m["timed_step_seconds"]) / len(m["timed_step_seconds"]) for m in ranks),
         "losses_per_rank": [m["losses"] for m in ranks],
         "memory_per_rank": [{"parameters": m["parameter_bytes"], "gradients": m["gradient_bytes"],
@@ -126,11 +122,11 @@ def zero_run(args, preset, n, optimizer, st):
                             for m in ranks],
         "master_weights": r0["master_weights"],
         "formula_bytes": formula(optimizer, p, n, args.precision),
-        "program_formula_bytes": r0["formula_bytes"],  # run_zero's own, for reference
+        "program_formula_bytes": r0["formula_bytes"],  # train_parallel's own, for reference
         "comm_bytes_per_step": max(m["comm_bytes_per_step"] for m in ranks),
         "comm_bytes_counted": r0["comm_bytes_counted"],
         "formula_comm_bytes_per_step": formula_comm(optimizer, p, n, args.precision),
-        "comm_s_per_step": max(m["comm_seconds_per_step"] for m in ranks),
+        "comm_s_per_step": max(m["comm_seconds_per_step"]["data"] for m in ranks),
         "parameter_count": p, "n_layer": r0["n_layer"], "n_embd": r0["n_embd"], "n_head": r0["n_head"],
         "vocab_size": r0["vocab_size"],
     }

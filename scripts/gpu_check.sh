@@ -36,7 +36,7 @@ cmake -S . -B "$BUILD" -DKIT_SOLUTION=ON -DCMAKE_BUILD_TYPE=Release -DKIT_PLOTS=
 grep -E "^-- (LibTorch|c10d)" "$OUT/configure.log"
 
 step "build (-j$JOBS)"
-cmake --build "$BUILD" -j "$JOBS" --target doctor run_zero test_foundation test_pipeline > "$OUT/build.log" 2>&1 \
+cmake --build "$BUILD" -j "$JOBS" --target doctor train_parallel test_foundation test_pipeline > "$OUT/build.log" 2>&1 \
   || { grep -E "error" "$OUT/build.log" | head -30; exit 1; }
 grep -c "warning:" "$OUT/build.log" | sed 's/^/compiler warnings: /'
 
@@ -55,9 +55,9 @@ step "ZeRO in mixed precision on the GPU"
 # One NCCL rank: bf16 parameters with the fp32 master (ZeRO-1, ZeRO-3), every byte count read
 # from the CUDA caching allocator and the tensors, against the paper's 2 + 2 + 12 bytes.
 for opt in zero1 zero3; do
-  "$BUILD/run_zero" --world-size 1 --backend nccl --optimizer "$opt" --precision bf16 --preset tiny --steps 2 \
+  "$BUILD/train_parallel" --dp 1 --backend nccl --optimizer "$opt" --precision bf16 --preset tiny --steps 2 \
     --warmup 1 --no-progress --out "$OUT/zero_$opt.{rank}.json" > "$OUT/zero_$opt.log" 2>&1 \
-    || { failed+=("run_zero --optimizer $opt --precision bf16 (log: $OUT/zero_$opt.log)"); continue; }
+    || { failed+=("train_parallel --optimizer $opt --precision bf16 (log: $OUT/zero_$opt.log)"); continue; }
   python3 - "$OUT/zero_$opt.0.json" <<'PY' || failed+=("ZeRO $opt bytes on the GPU ($OUT/zero_$opt.0.json)")
 import json, sys
 m = json.load(open(sys.argv[1]))

@@ -1,4 +1,4 @@
-// The kit's programs that tests run (run_data_parallel, run_zero, ...), found from where the
+// The kit's programs that tests run (run_data_parallel, train_parallel, ...), found from where the
 // running test program is: every suite lives in <build>/tests/, the programs in <build>/.
 // No path is compiled into a test object, so the grader's self-tests can link the main
 // build's test objects into their own build (CMake's KIT_PREBUILT) and still run the

@@ -1,5 +1,5 @@
 // The timed run of synthetic steps that the programs of Assignments 2 and 3 share
-// (run_zero, train_parallel, run_terapipe): one rank's
+// (train_parallel, run_terapipe): one rank's
 // part of the run, from joining the process group to writing its metrics. Each program keeps
 // its own step; kit::RankRun is what goes around it:
 //
@@ -35,7 +35,7 @@ struct TokenBatch {
 // `steps` synthetic batches: torch::manual_seed(seed + 1000 + stream), then per step
 // tokens = torch::randint(vocab, {batch_size, seq_len + 1}) (int64), idx = tokens[:, :-1]
 // and labels = tokens[:, 1:] (both contiguous), mask all ones. stream: 0 for the batches
-// every rank shares, the rank for a rank's own rows (run_zero). On the CPU.
+// every rank shares, another for a stream of its own. On the CPU.
 std::vector<TokenBatch> synthetic_batches(int64_t steps, int64_t batch_size, int64_t seq_len, int64_t vocab,
                                           uint64_t seed, uint64_t stream = 0);
 
@@ -106,7 +106,7 @@ double median(std::vector<double> v);
 // launcher (world.launcher_name()), batch_size (o.run.train.batch_size), seq_len, steps, warmup, lr,
 // threads, step_seconds, timed_step_seconds, training_time, tokens_per_sec (timer's, with
 // tokens_per_step). The program adds its own fields; one that names a field otherwise
-// erases it (run_zero: batch_size_per_rank instead of batch_size).
+// erases it.
 nlohmann::json run_metrics(const std::string& program, const SyntheticOptions& o, const WorldInfo& world,
                            const StepTimer& timer, int64_t tokens_per_step);
 

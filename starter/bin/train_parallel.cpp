@@ -6,6 +6,8 @@
 //   ./build/train_parallel --pp 4 --schedule 1f1b --micro-batches 8       # Problem 3: a pipeline
 //   ./build/train_parallel --pp 2 --schedule interleaved --virtual 2 --n-layer 4 --micro-batches 4
 //   ./build/train_parallel --tp 2 --save runs/tp.pt                        # Problem 4: tensor parallel
+//   ./build/train_parallel --dp 2 --optimizer zero2 --batch-size 16        # Problem 5: ZeRO-1/2 (zero1, zero2)
+//   ./build/train_parallel --dp 2 --optimizer zero3 --batch-size 16        # Problem 5.5: FSDP
 //   ./build/train_parallel --dp 2 --pp 2 --tp 2                            # Problem 6: the 3D grid
 //   ./build/train_parallel --dp 2 --pp 1 --tp 2 --zero                     # ZeRO-1 over each data group
 //   ./build/train_parallel --dp 2 --pp 2 --tp 1 --optimizer zero2
@@ -67,17 +69,31 @@ kit::GPT2Config config_of(const ParallelOptions& o) {
   return cfg;
 }
 
+// --optimizer zero3 (FSDP) shards whole GPT-2 units and runs the model's forward through them:
+// no stages to split, save or trace.
+void check_zero3_options(const ParallelOptions& o) {
+  if (o.grid.pp != 1 || o.grid.tp != 1)
+    throw kit::Error("--optimizer zero3 (FSDP) gathers whole GPT-2 units, which --pp and --tp split: run it with "
+                     "--dp alone (--pp 1 --tp 1), or use adamw, zero1 or zero2 on the grid " + o.grid.str());
+  const std::pair<bool, const char*> stage_flags[] = {
+      {o.recompute, "--recompute"}, {!o.save.empty(), "--save"}, {!o.save_ranks.empty(), "--save-ranks"},
+      {!o.timeline.empty(), "--timeline"}, {!o.trace.empty(), "--trace"}, {!o.schedule_file.empty(), "--schedule-file"}};
+  for (const auto& [given, flag] : stage_flags)
+    if (given)
+      throw kit::Error(std::string(flag) + " works on the pipeline's stages, which --optimizer zero3 does not have "
+                       "(FSDP runs the whole model's forward): use adamw, zero1 or zero2 with it");
+}
+
 // Every check that needs no process, the same in the launcher and in each worker (srun):
 // a bad flag or a schedule that cannot finish fails here, not as a timeout later. Returns
 // every pipeline rank's actions.
 pp::Schedules checked_schedules(const ParallelOptions& o, int world_size) {
   kit::grid::check_shape(o.grid, world_size);
   const int stage = kit::zero::zero_stage_of(o.optimizer);
-  if (stage < 0 || stage > 2)
-    throw kit::Error("--optimizer " + o.optimizer + " is not one of adamw, zero1, zero2 (zero3, FSDP, gathers whole "
-                     "GPT-2 units, which the grid's stages split: run_zero has it)");
+  if (stage < 0) throw kit::Error("--optimizer " + o.optimizer + " is not one of adamw, zero1, zero2, zero3");
   if (o.zero && o.optimizer != "zero1")
     throw kit::Error("--zero is --optimizer zero1, but --optimizer " + o.optimizer + " was given too: give one of them");
+  if (stage == 3) check_zero3_options(o);
   kit::check_synthetic_options(o);
   const pp::ScheduleKind kind = pp::parse_schedule_kind(o.schedule);
   const pp::PipelineShape shape{o.grid.pp, o.microbatches, o.virtual_chunks};
@@ -156,7 +172,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--optimizer", o.optimizer,
                  "Over each data-parallel group: adamw (the gradients averaged, then AdamW), zero1 (ZeRO-1: the "
-                 "optimizer state sharded d ways) or zero2 (ZeRO-2: the gradients kept between steps too)")
+                 "optimizer state sharded d ways), zero2 (ZeRO-2: the gradients kept between steps too) or zero3 "
+                 "(FSDP, --dp alone: the parameters too, gathered unit by unit)")
       ->capture_default_str();
   app.add_flag("--zero", o.zero, "The same as --optimizer zero1");
   app.add_flag("--recompute", o.recompute,
@@ -194,10 +211,15 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--fail-at-action", o.fail_at_action, "Tests: see --fail-rank (index in the first batch)")
       ->capture_default_str();
-  app.footer("Metrics per rank (--out): tokens_per_sec (the global batch's), losses, step seconds, "
-             "comm_seconds_per_step {data, tensor, pipeline, embedding}, the pipeline's messages, peak_kept and "
-             "memory, parameter_bytes, peak_tensor_bytes, peak_rss_bytes, recompute, and the rank's grid "
-             "coordinates.");
+  app.footer("Metrics per rank (--out): tokens_per_sec (the global batch's, the job's rate), losses (the global "
+             "batch's), step seconds, comm_seconds_per_step {data, tensor, pipeline, embedding}, the pipeline's "
+             "messages, peak_kept and memory, the rank's grid coordinates; bytes per rank counted from the tensors: "
+             "parameter_bytes, gradient_bytes (kept between steps), gradient_peak_bytes (before the step), "
+             "optimizer_state_bytes, activation_bytes, peak_tensor_bytes, rss_forward_rise_bytes and peak_rss_bytes, "
+             "beside formula_bytes (fp32 AdamW: 4P + 4P + 8P for adamw, 4P + 4P + 8P/d for zero1, 4P + 12P/d for "
+             "zero2, 16P/d for zero3; with --precision bf16 the ZeRO stages keep bf16 parameters and gradients and an "
+             "fp32 master: 2P + 2P + 12P/d, 2P + 14P/d, 16P/d); the data group's traffic per step (send_bytes for "
+             "ZeRO's ring, all_reduce_bytes for adamw) against all-reduce's 2(d-1)/d x 4P (zero3: 3(d-1)/d x 4P).");
   return kit::guarded_main(argc, argv, app, [&] {
     o.grid = {dp, pp, tp};
     if (o.microbatches == 0) o.microbatches = pp;
@@ -211,23 +233,34 @@ int main(int argc, char** argv) {
 
 namespace {
 
-// What --memory counts over the timed batches, from the trainer's hooks: the bytes a batch's
-// schedule keeps (sampled before each action, so what the schedule holds, not the transients
-// inside one forward or backward) and its peak, both above what the rank held at its start.
+// What the trainer's hooks count, every step: the bytes a batch's schedule keeps (sampled
+// before each action, so what the schedule holds, not the transients inside one forward or
+// backward) above what the rank held when it started (at m = 1, before the backward: what the
+// forward saved for it, activation_bytes), the process's resident memory likewise, and the
+// gradients held before the optimizer step. --memory: the kept bytes and the peak of the timed
+// batches, the gradients zeroed in place (re-allocated ones would count as memory a batch keeps).
 struct MemoryProbe {
   torch::Device device;
-  pp::BatchMemory most;
-  int64_t base = 0;
+  bool counts_tensors = true;  // kit::memory counts this device's tensors
+  pp::BatchMemory most;        // --memory, the timed batches
+  int64_t activation = 0, rss_rise = 0, gradient_peak = 0;  // every batch
+  int64_t base = 0, rss0 = 0;
 
-  void hook(kit::grid::StepHooks& h) {
-    h.before_schedule = [this] {
+  void hook(kit::grid::StepHooks& h, const kit::zero::DataParallelOptimizer& optimizer, bool timed_memory) {
+    h.before_schedule = [this, timed_memory] {
       base = kit::memory::bytes_now(device);
-      kit::memory::reset_peak(device);
+      rss0 = kit::memory::rss_bytes();
+      if (timed_memory) kit::memory::reset_peak(device);
     };
-    h.before_action = [this](size_t, const pp::Action&) {
-      most.kept = std::max(most.kept, kit::memory::bytes_now(device) - base);
+    h.before_action = [this, timed_memory](size_t, const pp::Action&) {
+      const int64_t kept = kit::memory::bytes_now(device) - base;
+      activation = std::max(activation, kept);
+      rss_rise = std::max(rss_rise, kit::memory::rss_bytes() - rss0);
+      if (timed_memory) most.kept = std::max(most.kept, kept);
     };
-    h.after_schedule = [this] { most.peak = std::max(most.peak, kit::memory::bytes_peak(device) - base); };
+    if (timed_memory)
+      h.after_schedule = [this] { most.peak = std::max(most.peak, kit::memory::bytes_peak(device) - base); };
+    h.after_backward = [this, &optimizer] { gradient_peak = std::max(gradient_peak, optimizer.gradient_bytes_held()); };
   }
 };
 
@@ -242,11 +275,13 @@ pp::OnAction failure_of(const ParallelOptions& o, int rank) {
   };
 }
 
-// The hooks of step k: the memory probe on timed batches, the failure on the first, in order.
-kit::grid::StepHooks hooks_of(const ParallelOptions& o, int rank, int64_t k, bool timed, MemoryProbe* probe) {
+// The hooks of step k: the probe (--memory on timed batches), the failure on the first, in order.
+kit::grid::StepHooks hooks_of(const ParallelOptions& o, int rank, int64_t k, bool timed, MemoryProbe& probe,
+                              const kit::zero::DataParallelOptimizer& optimizer) {
   kit::grid::StepHooks h;
-  if (probe) h.zero_in_place = true;  // re-allocated gradients would count as memory a batch keeps
-  if (probe && timed) probe->hook(h);
+  const bool memory = o.memory && probe.counts_tensors;
+  probe.hook(h, optimizer, memory && timed);
+  h.zero_in_place = memory;  // every batch, so that the timed ones start alike
   const pp::OnAction fail = k == 0 ? failure_of(o, rank) : pp::OnAction();
   if (fail) {
     const pp::OnAction sample = h.before_action;
@@ -265,6 +300,44 @@ void put_parameters(c10::Dict<std::string, torch::Tensor>& saved, const kit::gri
       const torch::Tensor t = what == "grad/" ? (p.grad().defined() ? p.grad() : torch::zeros_like(p)) : p;
       saved.insert(what + name, t.detach().cpu().clone());
     }
+}
+
+// Problem 5's fields: this rank's bytes as the ZeRO paper counts them beside those measured
+// from its tensors, and the data group's traffic per step beside all-reduce's.
+nlohmann::json zero_json(const ParallelOptions& o, int64_t P, const kit::zero::DataParallelOptimizer& optimizer,
+                         const MemoryProbe& probe, const kit::dist::Counters& data, double steps) {
+  const int stage = kit::zero::zero_stage_of(o.optimizer);
+  const bool master = kit::zero::master_weights(kit::parse_precision(o.precision), o.optimizer);
+  const double n = static_cast<double>(o.grid.dp), ring = 2.0 * (n - 1) / n;
+  const double ar_bytes = static_cast<double>(data.all_reduce_bytes) / steps,
+               send_bytes = static_cast<double>(data.send_bytes) / steps;
+  // fp32 AdamW 4 + 4 + 8 bytes per parameter, mixed precision 2 + 2 + 12 (bf16 parameters and
+  // gradients, the fp32 master and moments); /n where sharded.
+  const double Pd = static_cast<double>(P), w = master ? 2 : 4, K = master ? 12 : 8;
+  const double f_params = (stage == 3 ? w / n : w) * Pd, f_grads = (stage >= 2 ? w / n : w) * Pd,
+               f_state = (stage == 0 ? K : K / n) * Pd, p_comm = w * Pd;
+  const auto counted = [&](int64_t bytes) { return probe.counts_tensors ? nlohmann::json(bytes) : nlohmann::json(); };
+  const torch::Device device = probe.device;
+  return {{"zero_stage", stage}, {"weight_decay", o.weight_decay}, {"parameter_count", P},
+          {"gradient_bytes", optimizer.gradient_bytes()}, {"gradient_peak_bytes", probe.gradient_peak},
+          {"activation_bytes", counted(probe.activation)},
+          {"activation_measure",
+           !probe.counts_tensors ? "not measured: " + kit::memory::why_not_counted(device)
+                                 : std::string(device.is_cpu() ? "kit::memory's counting CPU allocator"
+                                                               : "LibTorch's CUDA caching allocator, read by kit::memory") +
+                                       ": the most tensor bytes held before any action of a batch's schedule above "
+                                       "those held when it started (at m = 1 before the backward: what autograd "
+                                       "saved for it, and the loss), the largest over the steps"},
+          {"rss_forward_rise_bytes", probe.rss_rise},
+          {"formula_bytes",
+           {{"parameters", f_params}, {"gradients", f_grads}, {"optimizer_state", f_state},
+            {"total", f_params + f_grads + f_state},
+            {"accounting", master ? "mixed precision: 2 + 2 + 12 bytes per parameter"
+                                  : "fp32: 4 + 4 + 8 bytes per parameter"}}},
+          {"all_reduce_bytes_per_step", ar_bytes}, {"send_bytes_per_step", send_bytes},
+          {"comm_bytes_per_step", stage == 0 ? ring * ar_bytes : send_bytes}, {"comm_bytes_counted", stage != 0},
+          {"formula_all_reduce_comm_bytes_per_step", ring * p_comm},
+          {"formula_comm_bytes_per_step", (stage == 3 ? 1.5 : 1.0) * ring * p_comm}};
 }
 
 int worker_main(const ParallelOptions& o, const kit::WorldInfo& world) {
@@ -293,13 +366,17 @@ int worker_main(const ParallelOptions& o, const kit::WorldInfo& world) {
   kit::GPT2 full = kit::build_model(cfg, o.vocab, o.run.data.seq_len, o.run.train.seed);
   if (!o.init_from.empty()) kit::import_checkpoint(*full, o.init_from);
   const kit::tp::ParameterBytes full_bytes = kit::tp::parameter_bytes(*full);
+  const int64_t full_count = kit::count_parameters(*full);
   kit::grid::Trainer3D trainer(full, grid, t);
+  full = nullptr;  // the trainer holds this rank's part: the whole model no longer counts as held
   for (const auto& chunk : trainer.chunks()) chunk.ptr()->set_recompute(o.recompute);
   const pp::PipelineShape& shape = trainer.pipeline_shape();
-  int64_t parameter_bytes = 0, blocks = 0;
-  for (const auto& p : trainer.parameters()) parameter_bytes += kit::memory::bytes_of(p);
+  // P: this rank's parameters, the tied weight once (the whole model's at p = t = 1).
+  int64_t P = 0, blocks = 0;
+  for (const auto& p : trainer.parameters()) P += p.numel();
+  if (trainer.chunks().empty()) P = full_count;  // zero3: the model is FSDP's units, all of it
   kit::tp::ParameterBytes mine;  // by kind, over this rank's chunks
-  for (int64_t ci = 0; ci < shape.virtual_chunks; ++ci) {
+  for (int64_t ci = 0; ci < static_cast<int64_t>(trainer.chunks().size()); ++ci) {
     const kit::tp::ParameterBytes b = kit::tp::parameter_bytes(*trainer.chunks()[static_cast<size_t>(ci)]);
     mine.blocks += b.blocks;
     mine.embeddings += b.embeddings;
@@ -320,10 +397,9 @@ int worker_main(const ParallelOptions& o, const kit::WorldInfo& world) {
   torch::manual_seed(o.run.train.seed + 1 + static_cast<uint64_t>(c.dp * o.grid.pp + c.pp));
   const bool holds_loss = c.dp == 0 && c.tp == 0 && c.pp == pp::rank_of_stage(shape, shape.stages() - 1);
   const kit::StepTimer& timer = run.timer();
-  MemoryProbe probe{device, {}, 0};
-  const bool probes = o.memory && count_memory;
+  MemoryProbe probe{device, count_memory};
   kit::grid::CommSeconds comm;
-  kit::dist::Counters tensor;  // the tensor group's all-reduces over the timed steps
+  kit::dist::Counters tensor, data;  // the tensor and data groups' traffic over the timed steps
   int64_t peak_tensor_bytes = 0, peak_kept = 0;
   std::vector<kit::trace::Event> trace_events;  // --trace: every timed step's
   nlohmann::json timed_steps = nlohmann::json::array();
@@ -331,15 +407,19 @@ int worker_main(const ParallelOptions& o, const kit::WorldInfo& world) {
   kit::grid::StepReport r;
   run.steps(batches, rank == 0, [&](int64_t k, const kit::TokenBatch& b) {
     kit::memory::reset_peak(device);
-    kit::grid::StepHooks hooks = hooks_of(o, rank, k, timer.timed(k), probes ? &probe : nullptr);
-    if (hooks.before_schedule) {  // the probe resets the peak: keep the step's so far
-      const auto probe_start = hooks.before_schedule;
-      hooks.before_schedule = [&, probe_start] {
-        peak_tensor_bytes = std::max(peak_tensor_bytes, kit::memory::bytes_peak(device));
-        probe_start();
+    kit::grid::StepHooks hooks = hooks_of(o, rank, k, timer.timed(k), probe, trainer.optimizer());
+    const auto probe_start = hooks.before_schedule;  // --memory resets the peak there: keep the step's so far
+    hooks.before_schedule = [&, probe_start] {
+      peak_tensor_bytes = std::max(peak_tensor_bytes, kit::memory::bytes_peak(device));
+      probe_start();
+    };
+    if (k == 0 && !o.save_ranks.empty()) {
+      const auto count_gradients = hooks.after_backward;
+      hooks.after_backward = [&, count_gradients] {
+        count_gradients();
+        put_parameters(saved, trainer, "grad/");
       };
     }
-    if (k == 0 && !o.save_ranks.empty()) hooks.after_backward = [&] { put_parameters(saved, trainer, "grad/"); };
     r = trainer.step(b.idx, b.labels, b.mask, hooks);
     return kit::StepOutcome(r.loss, r.seconds);  // the trainer's own clock
   }, {}, [&](int64_t k) {
@@ -358,6 +438,9 @@ int worker_main(const ParallelOptions& o, const kit::WorldInfo& world) {
     const kit::dist::Counters tc = grid.tensor.counters();  // this step's (the trainer resets them)
     tensor.all_reduce_calls += tc.all_reduce_calls;
     tensor.all_reduce_bytes += tc.all_reduce_bytes;
+    const kit::dist::Counters dc = grid.data.counters();  // the gradients' averaging, or ZeRO's ring
+    data.all_reduce_bytes += dc.all_reduce_bytes;
+    data.send_bytes += dc.send_bytes;
     comm.data += r.comm.data;
     comm.tensor += r.comm.tensor;
     comm.pipeline += r.comm.pipeline;
@@ -408,19 +491,21 @@ int worker_main(const ParallelOptions& o, const kit::WorldInfo& world) {
     const double tp_bytes = static_cast<double>(tensor.all_reduce_bytes) / per;
     // Every token of the global batch passes through every pipeline: tokens/s is the job's.
     nlohmann::json m = run.metrics(B * T);
+    m.update(zero_json(o, P, trainer.optimizer(), probe, data, per));
     m.update({{"n_layer", cfg.n_layer}, {"n_head", cfg.n_head}, {"n_embd", cfg.n_embd},
               {"vocab_size", cfg.vocab_size}, {"dp", o.grid.dp}, {"pp", o.grid.pp}, {"tp", o.grid.tp},
               {"coords", coords}, {"schedule", o.schedule}, {"microbatches", o.microbatches},
               {"virtual_chunks", o.virtual_chunks}, {"stages", shape.stages()}, {"optimizer", o.optimizer},
               {"zero", o.optimizer != "adamw"},
               {"master_weights", kit::zero::master_weights(kit::parse_precision(o.precision), o.optimizer)},
-              {"recompute", o.recompute}, {"global_batch_size", B}, {"losses", run.losses()},
+              {"recompute", o.recompute}, {"global_batch_size", B}, {"batch_size_per_rank", B / o.grid.dp},
+              {"tokens_per_sec_summed_over_ranks", true}, {"losses", run.losses()},
               {"comm_seconds_per_step",
                {{"data", comm.data / per}, {"tensor", comm.tensor / per}, {"pipeline", comm.pipeline / per},
                 {"embedding", comm.embedding / per}}},
               {"peak_kept", peak_kept}, {"messages_sent", p2p.messages_sent()},
               {"messages_received", p2p.messages_received()}, {"recv_seconds", p2p.recv_seconds()},
-              {"memory", memory}, {"parameter_bytes", parameter_bytes},
+              {"memory", memory}, {"parameter_bytes", trainer.optimizer().parameter_bytes()},
               {"parameter_bytes_by_kind", bytes_json(mine)}, {"full_parameter_bytes", bytes_json(full_bytes)},
               {"blocks_fraction", full_bytes.blocks > 0 ? static_cast<double>(mine.blocks) / full_bytes.blocks : 0.0},
               {"tensor_parallel", o.grid.tp},

@@ -8,11 +8,13 @@
 #include <limits>
 
 #include "kit/errors.h"
+#include "kit/precision.h"
 #include "model/checkpoint.h"
 #include "pipeline/model_parallel.h"
 #include "pipeline_training/forward_backward.h"
 #include "pipeline_training/p2p.h"
 #include "pipeline_training/schedules.h"
+#include "train/loss.h"
 #include "zero/data_parallel_optimizer.h"
 
 namespace kit::grid {
@@ -22,6 +24,7 @@ struct Trainer3D::Impl {
   std::unique_ptr<pp::P2P> p2p;
   std::unique_ptr<pp::Executor> executor;
   std::unique_ptr<zero::DataParallelOptimizer> optimizer;  // over the data group
+  bool optimizer_runs_forward = false;  // zero3: the optimizer's units are the model (no stages)
 };
 
 namespace {
@@ -59,9 +62,6 @@ TensorDict whole_state_of(const pp::StageModule& chunk) {
 Trainer3D::Trainer3D(const GPT2& full, const ProcessGrid& grid, Options3D options)
     : grid_(grid), options_(options), impl_(std::make_unique<Impl>()) {
   const GPT2Config& cfg = full->config();
-  if (zero::zero_stage_of(options.optimizer) == 3)
-    throw Error("zero3 (FSDP) gathers whole GPT-2 units, which the grid's stages split t ways: on the 3D grid use "
-                "adamw, zero1 or zero2");
   // bf16 with a ZeRO stage: the paper's mixed precision, the stages' parameters (so their
   // activations, messages and gradients) in bf16 and the fp32 master in the optimizer.
   const torch::ScalarType type =
@@ -69,6 +69,25 @@ Trainer3D::Trainer3D(const GPT2& full, const ProcessGrid& grid, Options3D option
   shape_.ranks = grid.shape.pp;
   shape_.microbatches = options.microbatches;
   shape_.virtual_chunks = options.virtual_chunks;
+  zero::ZeroOptions z;
+  z.lr = options.lr;
+  z.weight_decay = options.weight_decay;
+  const auto options_of_messages = torch::TensorOptions().dtype(type).device(dist::device());
+  if (zero::zero_stage_of(options.optimizer) == 3) {
+    // FSDP shards whole GPT-2 units (the embeddings, each block) and runs their forward
+    // itself: data parallelism alone, on a copy of `full` that Fsdp takes apart.
+    if (grid.shape.pp != 1 || grid.shape.tp != 1 || options.virtual_chunks != 1)
+      throw Error("zero3 (FSDP) gathers whole GPT-2 units, which the pipeline's stages and the tensor ranks split: "
+                  "run it with --pp 1 --tp 1 (data parallelism alone), or use adamw, zero1 or zero2 on the grid");
+    GPT2 model(cfg);
+    load_state_dict(*model, state_dict(*full), CheckpointLayout::Kit, "the trainer's copy of the model");
+    model->to(dist::device(), type);
+    model->train(full->is_training());
+    impl_->p2p = std::make_unique<pp::P2P>(shape_, 0, options_of_messages, grid.pipeline_ranks);  // one stage
+    impl_->optimizer = zero::make_data_parallel_optimizer(options.optimizer, {}, model, grid.data, z);
+    impl_->optimizer_runs_forward = true;
+    return;
+  }
   if (options.schedules.empty()) pp::check_shape(options.schedule, shape_);  // a given schedule: its own
   pp::check_blocks_fit(cfg.n_layer, shape_);
   const pp::Schedules all = options.schedules.empty() ? pp::make_schedule(options.schedule, shape_) : options.schedules;
@@ -89,15 +108,11 @@ Trainer3D::Trainer3D(const GPT2& full, const ProcessGrid& grid, Options3D option
     stage->load_full(*full);
     chunks_.emplace_back(std::static_pointer_cast<pp::StageModuleImpl>(stage.ptr()));
   }
-  const auto options_of_messages = torch::TensorOptions().dtype(type).device(dist::device());
   impl_->p2p = std::make_unique<pp::P2P>(shape_, grid.coords.pp, options_of_messages,
                                          grid.pipeline_ranks);
   impl_->executor = std::make_unique<pp::Executor>(chunks_, shape_, grid.coords.pp, *impl_->p2p);
   impl_->executor->set_precision(options.precision);
   impl_->pipeline = {chunks_, shape_, grid.coords.pp, &grid_.embedding};
-  zero::ZeroOptions z;
-  z.lr = options.lr;
-  z.weight_decay = options.weight_decay;
   impl_->optimizer = zero::make_data_parallel_optimizer(options.optimizer, parameters(), nullptr, grid.data, z);
 }
 
@@ -134,10 +149,13 @@ StepReport Trainer3D::step(const torch::Tensor& idx, const torch::Tensor& labels
     if (hooks.after_schedule) hooks.after_schedule();
     return r;
   };
-  report.batch = pp::forward_backward(impl_->pipeline, schedule, idx.narrow(0, first, local).to(device),
-                                      labels.narrow(0, first, local).to(device),
-                                      mask.narrow(0, first, local).to(device), options_.microbatches,
-                                      hooks.zero_in_place);
+  const torch::Tensor my_idx = idx.narrow(0, first, local).to(device),
+                      my_labels = labels.narrow(0, first, local).to(device),
+                      my_mask = mask.narrow(0, first, local).to(device);
+  report.batch = impl_->optimizer_runs_forward
+                     ? whole_model_forward_backward(my_idx, my_labels, my_mask, hooks)
+                     : pp::forward_backward(impl_->pipeline, schedule, my_idx, my_labels, my_mask,
+                                            options_.microbatches, hooks.zero_in_place);
   if (hooks.after_backward) hooks.after_backward();
   impl_->optimizer->step();  // averages over the data group
   // The global loss: the last stage's tensor rank 0 of each replica adds its share.
@@ -155,7 +173,41 @@ StepReport Trainer3D::step(const torch::Tensor& idx, const torch::Tensor& labels
   return report;
 }
 
+// zero3: no stages and no schedule, the model's forward through the optimizer's units, one
+// micro-batch after another (F0 B0 F1 B1 ..., what 1F1B is on one stage), the hooks around
+// it as around a schedule's actions.
+pp::BatchResult Trainer3D::whole_model_forward_backward(const torch::Tensor& idx, const torch::Tensor& labels,
+                                                        const torch::Tensor& mask, const StepHooks& hooks) {
+  zero::DataParallelOptimizer& optimizer = *impl_->optimizer;
+  optimizer.zero_grad();
+  const std::vector<pp::MicroBatch> micro = pp::split_batch(idx, labels, mask, options_.microbatches);
+  pp::BatchResult result;
+  if (hooks.before_schedule) hooks.before_schedule();
+  size_t k = 0;
+  for (int64_t i = 0; i < static_cast<int64_t>(micro.size()); ++i) {
+    const pp::MicroBatch& mb = micro[static_cast<size_t>(i)];
+    if (hooks.before_action) hooks.before_action(k++, {pp::Op::Forward, i, 0});
+    torch::Tensor loss;
+    {
+      torch::Tensor logits;  // gone before the backward, as a stage's are
+      {
+        const Autocast autocast(options_.precision, idx.device().type());  // bf16: the forward only
+        logits = optimizer.forward(mb.idx);
+      }
+      loss = masked_cross_entropy(logits, mb.labels, mb.mask) * mb.weight;  // in fp32 (train/loss.h)
+    }
+    result.loss += loss.detach().item<double>();
+    if (hooks.before_action) hooks.before_action(k++, {pp::Op::Backward, i, 0});
+    loss.backward();
+  }
+  if (hooks.after_schedule) hooks.after_schedule();
+  return result;
+}
+
 TensorDict Trainer3D::gather_state_dict() const {
+  if (impl_->optimizer_runs_forward)
+    throw Error("gather_state_dict: zero3's parameters are FSDP's shards; train_parallel --save takes adamw, zero1 "
+                "or zero2");
   // Each stage whole on its tensor ranks (collective over each tensor group, chunk by chunk).
   std::vector<TensorDict> stages;
   for (const auto& c : chunks_) stages.push_back(whole_state_of(c));

@@ -15,7 +15,9 @@
 //   3. the tied embedding: the first and the last stage add their wte gradients over the
 //      embedding group (Megatron's embedding group), so both copies take the same step;
 //   4. data parallelism: the gradients are averaged over the data group and AdamW steps
-//      (Assignment 1), or ZeRO-1 over the data group does both (Problem 5);
+//      (Assignment 1), or ZeRO-1/2 over the data group does both (Problem 5). At p = t = 1
+//      the optimizer may be ZeRO-3 (FSDP, Problem 5.5), which shards whole GPT-2 units: the
+//      step then runs the model's forward through its units in place of a schedule;
 //   5. the loss of the global batch (the mean of the replicas' losses) reaches every rank.
 //
 //   ProcessGrid grid = make_process_grid({.dp = 2, .pp = 2, .tp = 2});
@@ -50,7 +52,8 @@ struct Options3D {
   int64_t virtual_chunks = 1;                          // v (interleaved only)
   pp::ScheduleKind schedule = pp::ScheduleKind::OneFOneB;
   std::string optimizer = "adamw";                     // adamw, zero1 or zero2 over the data group
-                                                       // (zero/data_parallel_optimizer.h)
+                                                       // (zero/data_parallel_optimizer.h); zero3
+                                                       // (FSDP) at p = t = 1 only
   double lr = 1e-4, weight_decay = 0.0;                // AdamW (torch's betas and eps)
   Precision precision = Precision::FP32;               // bf16: the forwards under autocast; with
                                                        // zero1/2 bf16 parameters, an fp32 master
@@ -102,6 +105,7 @@ class Trainer3D {
   TensorDict gather_state_dict() const;
 
   // This rank's chunks: TensorParallelStages at t > 1, Problem 3's StageModules at t = 1.
+  // zero3: none, the model is FSDP's units (the optimizer's).
   const std::vector<pp::StageModule>& chunks() const { return chunks_; }
   // This rank's parameters (every chunk's), each once.
   std::vector<torch::Tensor> parameters() const;
@@ -113,6 +117,8 @@ class Trainer3D {
   const zero::DataParallelOptimizer& optimizer() const;
 
  private:
+  pp::BatchResult whole_model_forward_backward(const torch::Tensor& idx, const torch::Tensor& labels,
+                                               const torch::Tensor& mask, const StepHooks& hooks);
 
   ProcessGrid grid_;
   Options3D options_;

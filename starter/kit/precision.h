@@ -5,8 +5,8 @@
 // so no loss scaling is needed (fp16 would need it).
 //
 // The programs take --precision fp32|bf16 and hold an Autocast for the forward passes only
-// (the backward runs each op in the type its forward used): run_zero and train_parallel
-// around their forward, the pipeline executors around each forward action
+// (the backward runs each op in the type its forward used): train_parallel's ZeRO-3 step
+// around its forward, the pipeline executors around each forward action
 // (pipeline_training/executor.h), and a recomputed block runs under the setting its first
 // forward ran under (pipeline_training/recompute.h's saved states carry it). The loss is
 // computed from the logits cast back to fp32. On a CPU the same bf16 path runs (slower there:

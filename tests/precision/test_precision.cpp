@@ -1,5 +1,5 @@
 // --precision bf16 against fp32 for every kind of parallelism the training programs run:
-// data parallelism and ZeRO-1/2/3 (run_zero), the pipeline schedules (train_parallel --pp),
+// data parallelism and ZeRO-1/2/3 (train_parallel --dp), the pipeline schedules (train_parallel --pp),
 // tensor parallelism (train_parallel --tp), the 3D grid with recomputation (train_parallel --dp --pp --tp) and
 // TeraPipe (run_terapipe). Each case runs its program twice on the tiny preset, the same
 // seed and batches, once per precision, and compares the losses step by step.
@@ -9,7 +9,7 @@
 // (kit/precision.h). On these runs the losses of the two precisions agree to 2.4e-5
 // relative or better (measured: 1.3e-5 for tensor parallelism, 2.4e-5 for ZeRO, 2.3e-5 for
 // the 3D grid); kLossTolerance is 8 times that, and below what a cross-entropy taken of the
-// bf16 logits themselves is off by (4.4e-4 at the second step of run_zero's). The runs must
+// bf16 logits themselves is off by (4.4e-4 at the second step of the ZeRO runs'). The runs must
 // also differ: a program that ignores --precision gives the fp32 losses to the last bit.
 //
 // The ZeRO stages in bf16 train with bf16 parameters and an fp32 master (zero/zero.h), so the
@@ -68,8 +68,7 @@ std::vector<nlohmann::json> run(const Program& p, const std::string& precision) 
   return out;
 }
 
-// Each rank's losses (the ranks that report them: the last pipeline stage, every rank of
-// run_zero), as numbers.
+// Each rank's losses (every rank reports the global batch's), as numbers.
 std::vector<std::vector<double>> losses_of(const std::vector<nlohmann::json>& ranks) {
   std::vector<std::vector<double>> out;
   for (const auto& m : ranks)
@@ -106,16 +105,16 @@ void expect_bf16_close_to_fp32(const Program& p, double tolerance = kLossToleran
   std::cout << p.name << ": bf16 losses within " << largest << " of fp32's, relative" << std::endl;
 }
 
-// run_zero --precision bf16 with a ZeRO stage on 2 ranks: master weights, and the bytes each
+// train_parallel --dp 2 --precision bf16 with a ZeRO stage: master weights, and the bytes each
 // rank counted against the paper's mixed-precision formula. ZeRO-3's units are padded one by
 // one (each shard ceil(P_u / 2) elements): up to 16 bytes per unit above the formula.
 void expect_mixed_precision_bytes(const std::string& optimizer) {
   std::vector<nlohmann::json> ranks;
-  expect_bf16_close_to_fp32({"run_zero", {"--world-size", "2", "--optimizer", optimizer}}, kLossTolerance, &ranks);
+  expect_bf16_close_to_fp32({"train_parallel", {"--dp", "2", "--optimizer", optimizer}}, kLossTolerance, &ranks);
   if (::testing::Test::HasFailure()) return;
   for (size_t r = 0; r < ranks.size(); ++r) {
     const nlohmann::json& m = ranks[r];
-    const std::string where = "run_zero --optimizer " + optimizer + " --precision bf16, rank " + std::to_string(r);
+    const std::string where = "train_parallel --dp 2 --optimizer " + optimizer + " --precision bf16, rank " + std::to_string(r);
     ASSERT_TRUE(m.contains("parameter_count") && m.contains("n_layer") && m.contains("formula_bytes")) << where;
     EXPECT_EQ(m.value("master_weights", false), true) << where << ": bf16 parameters with an fp32 master";
     const int64_t P = m["parameter_count"].get<int64_t>(), S = (P + 1) / 2;
@@ -136,9 +135,9 @@ void expect_mixed_precision_bytes(const std::string& optimizer) {
 // Plain AdamW in bf16: fp32 weights under autocast, 4 + 4 + 8 bytes per parameter.
 TEST(Precision, DataParallelAdamW) {
   std::vector<nlohmann::json> ranks;
-  expect_bf16_close_to_fp32({"run_zero", {"--world-size", "2", "--optimizer", "adamw"}}, kLossTolerance, &ranks);
+  expect_bf16_close_to_fp32({"train_parallel", {"--dp", "2", "--optimizer", "adamw"}}, kLossTolerance, &ranks);
   for (const auto& m : ranks) {
-    EXPECT_EQ(m.value("master_weights", true), false) << "run_zero --optimizer adamw keeps fp32 weights in bf16";
+    EXPECT_EQ(m.value("master_weights", true), false) << "train_parallel --dp 2 --optimizer adamw keeps fp32 weights in bf16";
     EXPECT_EQ(m.value("parameter_bytes", int64_t{-1}), 4 * m.value("parameter_count", int64_t{0}));
   }
 }
@@ -163,7 +162,7 @@ TEST(Precision, Grid3DWithRecompute) {
   expect_bf16_close_to_fp32({"train_parallel", {"--dp", "1", "--pp", "2", "--tp", "2", "--recompute"}, 4});
 }
 // ZeRO-2 over the data groups of a pipeline (d = 2, p = 2): bf16 parameters with the fp32
-// master, as run_zero's ZeRO stages (the messages between the stages bf16 too): every rank's
+// master, as the ZeRO stages of data parallelism alone (the messages between the stages bf16 too): every rank's
 // parameter bytes half of fp32's.
 TEST(Precision, Grid3DZeroTwoMasterWeights) {
   std::vector<nlohmann::json> bf16, fp32;
