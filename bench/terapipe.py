@@ -6,7 +6,7 @@
         --batch-size 1 --profile-repeats 1        # smoke: seconds
 
 For every sequence length L (--seq-lens) it
-  1. profiles one stage alone (build/run_terapipe --profile): forward + backward of the stage's
+  1. profiles one stage alone (build/train_parallel --profile): forward + backward of the stage's
      blocks on l tokens after c tokens of context over a grid of (l, c), fitted to
      t(l, c) = a + b l + d l (c + l) (terapipe/latency.h), with its fit error;
   2. calibrates the same model in the pipeline: --stages processes run uniform slicings with
@@ -51,14 +51,14 @@ import sys
 from bench_process import (argument_parser, checks_lines, command_line, common_options, last_json_line, rel_diff, run,
                            run_plot_figures, table_head, write_summary)
 
-TARGETS = "run_terapipe plot_figures"
+TARGETS = "train_parallel plot_figures"
 PREDICTION_GOAL = 0.10
 LOSS_RTOL = 1e-4
 DEPTHS = [1, 2, 4, 8, 16]
 
 
 def parse_args(argv=None):
-    ap = argument_parser(__doc__, "run_terapipe and plot_figures")
+    ap = argument_parser(__doc__, "train_parallel and plot_figures")
     ap.add_argument("--preset", default="cpu-small")
     ap.add_argument("--stages", type=int, default=2, help="pipeline stages K, one process each")
     ap.add_argument("--seq-lens", type=int, nargs="+", default=[128, 256, 512])
@@ -78,13 +78,13 @@ def parse_args(argv=None):
 def common(args, L):
     return ["--preset", args.preset, "--seq-len", str(L), "--n-positions", str(max(args.seq_lens)),
             "--batch-size", str(args.batch_size), "--chunks", str(args.chunks), "--vocab-size", str(args.vocab_size),
-            "--threads", str(args.threads), "--dropout", "0", "--stages", str(args.stages)]
+            "--threads", str(args.threads), "--dropout", "0", "--pp", str(args.stages)]
 
 
 def profile(args, L):
     path = os.path.join(args.out, f"L{L}", "latency.json")
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    run([os.path.join(args.build, "run_terapipe"), "--profile", path, "--profile-repeats", str(args.profile_repeats)]
+    run([os.path.join(args.build, "train_parallel"), "--profile", path, "--profile-repeats", str(args.profile_repeats)]
         + common(args, L), args.timeout, TARGETS)
     j = json.load(open(path))
     return {"model": j["model"], "fit_error": j["fit_error"], "samples": j["samples"], "file": path}
@@ -146,16 +146,16 @@ def calibrate(args, L, isolated_file):
 
 
 def dp_at_depth(args, L, latency_file, K):
-    cmd = [os.path.join(args.build, "run_terapipe"), "--print-slicing", "--slices", "dp", "--latency", latency_file]
-    cmd += common(args, L)[:-2] + ["--stages", str(K)]
-    j = last_json_line(run(cmd, args.timeout, TARGETS), "run_terapipe --print-slicing")
+    cmd = [os.path.join(args.build, "train_parallel"), "--print-slicing", "--slices", "dp", "--latency", latency_file]
+    cmd += common(args, L)[:-2] + ["--pp", str(K)]
+    j = last_json_line(run(cmd, args.timeout, TARGETS), "train_parallel --print-slicing")
     return {"stages": K, "lengths": j["lengths"], "slices": len(j["lengths"])}
 
 
 def training_run(args, L, slicing, latency_file, folder=""):
     out = os.path.join(args.out, f"L{L}", folder, slicing.replace(":", ""))
     os.makedirs(out, exist_ok=True)
-    cmd = [os.path.join(args.build, "run_terapipe"), "--slices", slicing, "--latency", latency_file,
+    cmd = [os.path.join(args.build, "train_parallel"), "--slices", slicing, "--latency", latency_file,
            "--steps", str(args.warmup + args.steps), "--warmup", str(args.warmup), "--no-progress",
            "--out", os.path.join(out, "rank{rank}.json")] + common(args, L)
     run(cmd, args.timeout, TARGETS)

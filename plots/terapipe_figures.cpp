@@ -180,7 +180,7 @@ TimelinePicture picture_of(const Run& run, const std::string& runs_dir, const st
     const std::string path = find_rank_file(run.metrics[r], runs_dir, moved);
     if (path.empty())
       throw Error("cannot read " + run.metrics[r] + " (" + run.where + ".metrics[" + std::to_string(r) +
-                  "], run_terapipe's metrics of rank " + std::to_string(r) + "), nor " + moved + ": run " + kTerapipeSummary.make_it +
+                  "], train_parallel --slices's metrics of rank " + std::to_string(r) + "), nor " + moved + ": run " + kTerapipeSummary.make_it +
                   " --out " + runs_dir + " again");
     const json m = kTerapipeSummary.read(path, runs_dir);
     const int n = static_cast<int>(kTerapipeSummary.list(m, "lengths", path).size());
@@ -197,7 +197,7 @@ TimelinePicture picture_of(const Run& run, const std::string& runs_dir, const st
       if (unit < 0 || unit >= micro * n)
         throw Error(where + ": unit " + std::to_string(unit) + " is not one of the run's " + std::to_string(micro) +
                     " micro-batch(es) x " + std::to_string(n) + " slice(s) (0 to " + std::to_string(micro * n - 1) +
-                    "): is the file from run_terapipe? Run " + kTerapipeSummary.make_it + " --out " + runs_dir + " again");
+                    "): is the file from train_parallel --slices? Run " + kTerapipeSummary.make_it + " --out " + runs_dir + " again");
       const int i = unit / n, s = unit % n;
       std::string label = (op ? "B" : "F") + (micro > 1 ? std::to_string(i) + "." : std::string()) + std::to_string(s);
       // An action first waits for its input (the 6th number: seconds in P2P receives), then

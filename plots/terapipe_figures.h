@@ -5,7 +5,7 @@
 //   terapipe_timeline.png  at the largest L, the last step's measured timeline of the run
 //                          without slicing (GPipe: each micro-batch whole) above the DP's
 //                          token-sliced one, one row per stage, on one time axis
-// They come from the benchmark's summary.json and run_terapipe's per-rank metrics files, so
+// They come from the benchmark's summary.json and train_parallel --slices's per-rank metrics files, so
 // drawing needs no LibTorch.
 #pragma once
 #include <string>

@@ -31,7 +31,7 @@ std::string preset_list();
 void add_preset_option(CLI::App& app, RunOptions& opts);
 
 // The options of the programs that train GPT-2 on synthetic tokens across processes
-// (train_parallel, run_terapipe); each
+// (train_parallel); each
 // program's options derive from it and add their own.
 struct SyntheticOptions {
   RunOptions run;

@@ -1,5 +1,5 @@
 // The timed run of synthetic steps that the programs of Assignments 2 and 3 share
-// (train_parallel, run_terapipe): one rank's
+// (train_parallel): one rank's
 // part of the run, from joining the process group to writing its metrics. Each program keeps
 // its own step; kit::RankRun is what goes around it:
 //

@@ -1,13 +1,17 @@
 // train_parallel: GPT-2 trained on a grid of d x p x t processes, the training program of
 // Assignments 2 and 3. d-way data parallelism of a p-stage pipeline whose stages are split
-// t ways by tensor parallelism (Megatron-LM's PTD-P); one trainer (grid/trainer.h) runs
-// every shape, and each problem is a command line of it:
+// t ways by tensor parallelism (Megatron-LM's PTD-P), or whose micro-batches enter token slice
+// by token slice (TeraPipe); one trainer (grid/trainer.h) runs every shape, and each problem
+// is a command line of it:
 //
 //   ./build/train_parallel --pp 4 --schedule 1f1b --micro-batches 8       # Problem 3: a pipeline
 //   ./build/train_parallel --pp 2 --schedule interleaved --virtual 2 --n-layer 4 --micro-batches 4
 //   ./build/train_parallel --tp 2 --save runs/tp.pt                        # Problem 4: tensor parallel
 //   ./build/train_parallel --dp 2 --optimizer zero2 --batch-size 16        # Problem 5: ZeRO-1/2 (zero1, zero2)
 //   ./build/train_parallel --dp 2 --optimizer zero3 --batch-size 16        # Problem 5.5: FSDP
+//   ./build/train_parallel --pp 2 --chunks 1 --slices uniform:4            # Problem 7: TeraPipe
+//   ./build/train_parallel --pp 2 --chunks 1 --profile runs/latency.json   # its stage's t(l, c), then
+//   ./build/train_parallel --pp 2 --chunks 1 --slices dp --latency runs/latency.json
 //   ./build/train_parallel --dp 2 --pp 2 --tp 2                            # Problem 6: the 3D grid
 //   ./build/train_parallel --dp 2 --pp 1 --tp 2 --zero                     # ZeRO-1 over each data group
 //   ./build/train_parallel --dp 2 --pp 2 --tp 1 --optimizer zero2
@@ -27,9 +31,11 @@
 #include "app/run.h"
 #include "dist/dist.h"
 #include "grid/grid.h"
+#include "grid/measure.h"
 #include "grid/trainer.h"
 #include "kit/memory.h"
 #include "kit/precision.h"
+#include "kit/threads.h"
 #include "model/checkpoint.h"
 #include "model/gpt2.h"
 #include "pipeline/model_parallel.h"
@@ -39,6 +45,9 @@
 #include "pipeline_training/trace_events.h"
 #include "tensor_parallel/model.h"
 #include "tensor_parallel/sharding.h"
+#include "terapipe/latency.h"
+#include "terapipe/pipeline.h"
+#include "terapipe/slicing.h"
 #include "zero/data_parallel_optimizer.h"
 
 namespace {
@@ -60,13 +69,27 @@ struct ParallelOptions : kit::SyntheticOptions {
   bool precheck = true;
   int fail_rank = -1;
   int64_t fail_at_action = 0;
+  // Problem 7, TeraPipe: --slices cuts each micro-batch's sequence into token slices.
+  std::string slices;          // empty: the micro-batches go whole
+  std::string latency;         // a --profile file (for --slices dp and the predictions)
+  std::string profile;         // measure one stage's latency, write it here and exit
+  bool print_slicing = false;  // print the slicing (and its predicted time) and exit
+  int profile_repeats = 3;
+  int64_t n_positions = 0;     // 0: the preset's
 };
 
 kit::GPT2Config config_of(const ParallelOptions& o) {
   kit::GPT2Config cfg = kit::synthetic_config(o);
   cfg.vocab_size = o.vocab;  // what kit::build_model does for synthetic tokens
   if (o.n_head > 0) cfg.n_head = o.n_head;
+  if (o.n_positions > 0) cfg.n_positions = o.n_positions;
   return cfg;
+}
+
+// Flags that `mode` has no use for: the first one given is an error naming it and the fix.
+void refuse_flags(const std::vector<std::pair<bool, const char*>>& given, const std::string& why) {
+  for (const auto& [is_given, flag] : given)
+    if (is_given) throw kit::Error(std::string(flag) + " " + why);
 }
 
 // --optimizer zero3 (FSDP) shards whole GPT-2 units and runs the model's forward through them:
@@ -75,13 +98,37 @@ void check_zero3_options(const ParallelOptions& o) {
   if (o.grid.pp != 1 || o.grid.tp != 1)
     throw kit::Error("--optimizer zero3 (FSDP) gathers whole GPT-2 units, which --pp and --tp split: run it with "
                      "--dp alone (--pp 1 --tp 1), or use adamw, zero1 or zero2 on the grid " + o.grid.str());
-  const std::pair<bool, const char*> stage_flags[] = {
-      {o.recompute, "--recompute"}, {!o.save.empty(), "--save"}, {!o.save_ranks.empty(), "--save-ranks"},
-      {!o.timeline.empty(), "--timeline"}, {!o.trace.empty(), "--trace"}, {!o.schedule_file.empty(), "--schedule-file"}};
-  for (const auto& [given, flag] : stage_flags)
-    if (given)
-      throw kit::Error(std::string(flag) + " works on the pipeline's stages, which --optimizer zero3 does not have "
-                       "(FSDP runs the whole model's forward): use adamw, zero1 or zero2 with it");
+  refuse_flags({{o.recompute, "--recompute"}, {!o.save.empty(), "--save"}, {!o.save_ranks.empty(), "--save-ranks"},
+                {!o.timeline.empty(), "--timeline"}, {!o.trace.empty(), "--trace"},
+                {!o.schedule_file.empty(), "--schedule-file"}, {!o.slices.empty(), "--slices"}},
+               "works on the pipeline's stages, which --optimizer zero3 does not have (FSDP runs the whole model's "
+               "forward): use adamw, zero1 or zero2 with it");
+}
+
+// TeraPipe's slice lengths for --slices at K = p stages (dp: its program on --latency's model).
+std::vector<int64_t> slicing_of(const ParallelOptions& o) {
+  return kit::terapipe::slicing_from_spec(o.slices, o.run.data.seq_len, o.grid.pp, [&] {
+    if (o.latency.empty())
+      throw kit::Error("--slices dp needs a latency model: measure one with --profile FILE (same model and "
+                       "--seq-len), then pass --latency FILE");
+    return kit::terapipe::read_latency_model(o.latency).latency();
+  });
+}
+
+// The pipeline time the latency model predicts for the slicing: m * sum + (K - 1) * max.
+double predicted_seconds(const ParallelOptions& o, const std::vector<int64_t>& lengths,
+                         const kit::terapipe::LatencyModel& latency) {
+  const kit::terapipe::Slicing s = kit::terapipe::evaluate(lengths, o.run.data.seq_len, latency.latency());
+  return static_cast<double>(o.microbatches) * s.sum + static_cast<double>(o.grid.pp - 1) * s.max;
+}
+
+// --slices: TeraPipe's schedule (GPipe's order, slice by slice) on Problem 3's stages.
+void check_slices_options(const ParallelOptions& o) {
+  refuse_flags({{o.grid.tp != 1, "--tp"}, {o.schedule != "gpipe", "--schedule"}, {o.recompute, "--recompute"},
+                {!o.schedule_file.empty(), "--schedule-file"}, {o.virtual_chunks != 1, "--virtual"}},
+               "does not go with --slices, which runs TeraPipe's own schedule (GPipe's order, slice by slice) on "
+               "Problem 3's stages: leave it out");
+  if (o.profile.empty()) slicing_of(o);  // a bad --slices fails before any process starts
 }
 
 // Every check that needs no process, the same in the launcher and in each worker (srun):
@@ -95,6 +142,7 @@ pp::Schedules checked_schedules(const ParallelOptions& o, int world_size) {
     throw kit::Error("--zero is --optimizer zero1, but --optimizer " + o.optimizer + " was given too: give one of them");
   if (stage == 3) check_zero3_options(o);
   kit::check_synthetic_options(o);
+  if (!o.slices.empty()) check_slices_options(o);
   const pp::ScheduleKind kind = pp::parse_schedule_kind(o.schedule);
   const pp::PipelineShape shape{o.grid.pp, o.microbatches, o.virtual_chunks};
   if (kind != pp::ScheduleKind::Interleaved && o.virtual_chunks != 1)
@@ -114,8 +162,12 @@ pp::Schedules checked_schedules(const ParallelOptions& o, int world_size) {
   else
     pp::check_microbatches(B, o.microbatches);
   const kit::GPT2Config cfg = config_of(o);
+  if (o.run.data.seq_len > cfg.n_positions)
+    throw kit::Error("--seq-len " + std::to_string(o.run.data.seq_len) + " is longer than the model's context (" +
+                     std::to_string(cfg.n_positions) + " positions): pass --n-positions " +
+                     std::to_string(o.run.data.seq_len));
   kit::check_model_fits(cfg, o.run.data.seq_len, o.vocab);
-  pp::check_blocks_fit(cfg.n_layer, shape);
+  if (!o.print_slicing) pp::check_blocks_fit(cfg.n_layer, shape);
   if (cfg.n_head < 1 || cfg.n_embd % cfg.n_head != 0)
     throw kit::Error("--n-head " + std::to_string(cfg.n_head) + " must divide n_embd " + std::to_string(cfg.n_embd));
   try {
@@ -128,15 +180,21 @@ pp::Schedules checked_schedules(const ParallelOptions& o, int world_size) {
     throw kit::Error("--init-from " + o.init_from + " does not exist: give a checkpoint written by train, "
                      "train_parallel --save or convert_checkpoint");
   if (!o.trace.empty()) kit::check_trace_paths(o.trace, world_size);
+  if (!o.profile.empty() || o.print_slicing) return {};  // no training run
   pp::Schedules schedules;
+  pp::PipelineShape units = shape;  // TeraPipe: m·n units of (micro-batch, slice)
   if (!o.schedule_file.empty()) {
     schedules = pp::read_schedules_file(o.schedule_file, o.grid.pp, "--schedule-file");
+  } else if (!o.slices.empty()) {
+    const int64_t n = static_cast<int64_t>(slicing_of(o).size());
+    units.microbatches *= n;
+    for (int64_t r = 0; r < o.grid.pp; ++r) schedules.push_back(kit::terapipe::make_sliced_schedule(units, n, r));
   } else {
     pp::check_shape(kind, shape);
     schedules = pp::make_schedule(kind, shape);
   }
-  if (o.precheck) pp::simulate(schedules, shape);
-  if (o.backend == "nccl") pp::check_in_order_delivery(schedules, shape);
+  if (o.precheck) pp::simulate(schedules, units);
+  if (o.backend == "nccl") pp::check_in_order_delivery(schedules, units);
   return schedules;
 }
 
@@ -144,6 +202,8 @@ nlohmann::json bytes_json(const kit::tp::ParameterBytes& b) {
   return {{"blocks", b.blocks}, {"embeddings", b.embeddings}, {"other", b.other}, {"total", b.total()}};
 }
 
+int print_slicing_main(const ParallelOptions& o);
+int profile_main(const ParallelOptions& o);
 int worker_main(const ParallelOptions& o, const kit::WorldInfo& world);
 
 }  // namespace
@@ -187,6 +247,18 @@ int main(int argc, char** argv) {
   app.add_option("--n-head", o.n_head, "Attention heads (default: the preset's); t must divide it");
   app.add_option("--weight-decay", o.weight_decay, "AdamW's decoupled weight decay")->capture_default_str();
   app.add_option("--init-from", o.init_from, "Start from this whole-model checkpoint instead of --seed's weights");
+  app.add_option("--n-positions", o.n_positions, "Context of the model (default: the preset's); at least --seq-len");
+  app.add_option("--slices", o.slices,
+                 "TeraPipe (Problem 7): cut each micro-batch's sequence into token slices that enter the pipeline "
+                 "one after another: none (one slice), uniform:N, dp (TeraPipe's program on --latency) or lengths "
+                 "a+b+c; its own schedule, GPipe's order slice by slice, --tp 1");
+  app.add_option("--latency", o.latency, "A latency model written by --profile (for --slices dp and predictions)");
+  app.add_option("--profile", o.profile,
+                 "Measure t(l, c) of one stage (of --pp) in this process, fit it, write it here, exit");
+  app.add_flag("--print-slicing", o.print_slicing,
+               "Print the slicing --slices gives at --pp stages (and its predicted time with --latency) as JSON; exit");
+  app.add_option("--profile-repeats", o.profile_repeats, "Timings per (l, c) in --profile (their median)")
+      ->capture_default_str();
   kit::add_process_options(app, o);
   app.add_flag("--memory", o.memory,
                "Count what each batch's schedule keeps alive per rank, sampled before each action (kept) and at "
@@ -219,11 +291,16 @@ int main(int argc, char** argv) {
              "beside formula_bytes (fp32 AdamW: 4P + 4P + 8P for adamw, 4P + 4P + 8P/d for zero1, 4P + 12P/d for "
              "zero2, 16P/d for zero3; with --precision bf16 the ZeRO stages keep bf16 parameters and gradients and an "
              "fp32 master: 2P + 2P + 12P/d, 2P + 14P/d, 16P/d); the data group's traffic per step (send_bytes for "
-             "ZeRO's ring, all_reduce_bytes for adamw) against all-reduce's 2(d-1)/d x 4P (zero3: 3(d-1)/d x 4P).");
+             "ZeRO's ring, all_reduce_bytes for adamw) against all-reduce's 2(d-1)/d x 4P (zero3: 3(d-1)/d x 4P); "
+             "pipeline_seconds, unit_compute_seconds and the last step's timeline; with --slices the slicing, its "
+             "lengths and (with --latency) predicted_seconds.");
   return kit::guarded_main(argc, argv, app, [&] {
     o.grid = {dp, pp, tp};
     if (o.microbatches == 0) o.microbatches = pp;
     if (o.zero && app.count("--optimizer") == 0) o.optimizer = "zero1";
+    if (!o.slices.empty() && app.count("--schedule") == 0) o.schedule = "gpipe";  // TeraPipe's order
+    if (o.print_slicing) return print_slicing_main(o);
+    if (!o.profile.empty()) return profile_main(o);
     // Under srun or torchrun, checked_schedules names the grid that does not fit the world.
     return kit::run_ranks(0, o.grid.world(), o.port, "ranks of the grid " + o.grid.str(),
                           [&] { checked_schedules(o, o.grid.world()); },  // a bad flag fails before any process
@@ -232,37 +309,6 @@ int main(int argc, char** argv) {
 }
 
 namespace {
-
-// What the trainer's hooks count, every step: the bytes a batch's schedule keeps (sampled
-// before each action, so what the schedule holds, not the transients inside one forward or
-// backward) above what the rank held when it started (at m = 1, before the backward: what the
-// forward saved for it, activation_bytes), the process's resident memory likewise, and the
-// gradients held before the optimizer step. --memory: the kept bytes and the peak of the timed
-// batches, the gradients zeroed in place (re-allocated ones would count as memory a batch keeps).
-struct MemoryProbe {
-  torch::Device device;
-  bool counts_tensors = true;  // kit::memory counts this device's tensors
-  pp::BatchMemory most;        // --memory, the timed batches
-  int64_t activation = 0, rss_rise = 0, gradient_peak = 0;  // every batch
-  int64_t base = 0, rss0 = 0;
-
-  void hook(kit::grid::StepHooks& h, const kit::zero::DataParallelOptimizer& optimizer, bool timed_memory) {
-    h.before_schedule = [this, timed_memory] {
-      base = kit::memory::bytes_now(device);
-      rss0 = kit::memory::rss_bytes();
-      if (timed_memory) kit::memory::reset_peak(device);
-    };
-    h.before_action = [this, timed_memory](size_t, const pp::Action&) {
-      const int64_t kept = kit::memory::bytes_now(device) - base;
-      activation = std::max(activation, kept);
-      rss_rise = std::max(rss_rise, kit::memory::rss_bytes() - rss0);
-      if (timed_memory) most.kept = std::max(most.kept, kept);
-    };
-    if (timed_memory)
-      h.after_schedule = [this] { most.peak = std::max(most.peak, kit::memory::bytes_peak(device) - base); };
-    h.after_backward = [this, &optimizer] { gradient_peak = std::max(gradient_peak, optimizer.gradient_bytes_held()); };
-  }
-};
 
 // --fail-rank: this rank throws before its --fail-at-action'th action of the first batch.
 pp::OnAction failure_of(const ParallelOptions& o, int rank) {
@@ -276,8 +322,8 @@ pp::OnAction failure_of(const ParallelOptions& o, int rank) {
 }
 
 // The hooks of step k: the probe (--memory on timed batches), the failure on the first, in order.
-kit::grid::StepHooks hooks_of(const ParallelOptions& o, int rank, int64_t k, bool timed, MemoryProbe& probe,
-                              const kit::zero::DataParallelOptimizer& optimizer) {
+kit::grid::StepHooks hooks_of(const ParallelOptions& o, int rank, int64_t k, bool timed,
+                              kit::grid::MemoryProbe& probe, const kit::zero::DataParallelOptimizer& optimizer) {
   kit::grid::StepHooks h;
   const bool memory = o.memory && probe.counts_tensors;
   probe.hook(h, optimizer, memory && timed);
@@ -302,42 +348,46 @@ void put_parameters(c10::Dict<std::string, torch::Tensor>& saved, const kit::gri
     }
 }
 
-// Problem 5's fields: this rank's bytes as the ZeRO paper counts them beside those measured
-// from its tensors, and the data group's traffic per step beside all-reduce's.
-nlohmann::json zero_json(const ParallelOptions& o, int64_t P, const kit::zero::DataParallelOptimizer& optimizer,
-                         const MemoryProbe& probe, const kit::dist::Counters& data, double steps) {
-  const int stage = kit::zero::zero_stage_of(o.optimizer);
-  const bool master = kit::zero::master_weights(kit::parse_precision(o.precision), o.optimizer);
-  const double n = static_cast<double>(o.grid.dp), ring = 2.0 * (n - 1) / n;
-  const double ar_bytes = static_cast<double>(data.all_reduce_bytes) / steps,
-               send_bytes = static_cast<double>(data.send_bytes) / steps;
-  // fp32 AdamW 4 + 4 + 8 bytes per parameter, mixed precision 2 + 2 + 12 (bf16 parameters and
-  // gradients, the fp32 master and moments); /n where sharded.
-  const double Pd = static_cast<double>(P), w = master ? 2 : 4, K = master ? 12 : 8;
-  const double f_params = (stage == 3 ? w / n : w) * Pd, f_grads = (stage >= 2 ? w / n : w) * Pd,
-               f_state = (stage == 0 ? K : K / n) * Pd, p_comm = w * Pd;
-  const auto counted = [&](int64_t bytes) { return probe.counts_tensors ? nlohmann::json(bytes) : nlohmann::json(); };
-  const torch::Device device = probe.device;
-  return {{"zero_stage", stage}, {"weight_decay", o.weight_decay}, {"parameter_count", P},
-          {"gradient_bytes", optimizer.gradient_bytes()}, {"gradient_peak_bytes", probe.gradient_peak},
-          {"activation_bytes", counted(probe.activation)},
-          {"activation_measure",
-           !probe.counts_tensors ? "not measured: " + kit::memory::why_not_counted(device)
-                                 : std::string(device.is_cpu() ? "kit::memory's counting CPU allocator"
-                                                               : "LibTorch's CUDA caching allocator, read by kit::memory") +
-                                       ": the most tensor bytes held before any action of a batch's schedule above "
-                                       "those held when it started (at m = 1 before the backward: what autograd "
-                                       "saved for it, and the loss), the largest over the steps"},
-          {"rss_forward_rise_bytes", probe.rss_rise},
-          {"formula_bytes",
-           {{"parameters", f_params}, {"gradients", f_grads}, {"optimizer_state", f_state},
-            {"total", f_params + f_grads + f_state},
-            {"accounting", master ? "mixed precision: 2 + 2 + 12 bytes per parameter"
-                                  : "fp32: 4 + 4 + 8 bytes per parameter"}}},
-          {"all_reduce_bytes_per_step", ar_bytes}, {"send_bytes_per_step", send_bytes},
-          {"comm_bytes_per_step", stage == 0 ? ring * ar_bytes : send_bytes}, {"comm_bytes_counted", stage != 0},
-          {"formula_all_reduce_comm_bytes_per_step", ring * p_comm},
-          {"formula_comm_bytes_per_step", (stage == 3 ? 1.5 : 1.0) * ring * p_comm}};
+int print_slicing_main(const ParallelOptions& o) {
+  checked_schedules(o, o.grid.world());
+  const std::vector<int64_t> lengths = slicing_of(o);
+  nlohmann::json j = {{"stages", o.grid.pp}, {"seq_len", o.run.data.seq_len}, {"slicing", o.slices}, {"lengths", lengths}};
+  if (!o.latency.empty())
+    j["predicted_seconds"] = predicted_seconds(o, lengths, kit::terapipe::read_latency_model(o.latency));
+  std::cout << j.dump() << std::endl;
+  return 0;
+}
+
+// TeraPipe's latency model t(l, c) of one stage (the first of --pp), measured in this process.
+int profile_main(const ParallelOptions& o) {
+  checked_schedules(o, o.grid.world());
+  kit::set_threads(o.run.train.threads);
+  const kit::GPT2Config cfg = config_of(o);
+  kit::GPT2 model = kit::build_model(cfg, o.vocab, o.run.data.seq_len, o.run.train.seed);
+  const int64_t L = o.run.data.seq_len, blocks = kit::blocks_per_stage(cfg.n_layer, o.grid.pp).front();
+  const int64_t rows = o.run.train.batch_size / o.microbatches;
+  const kit::terapipe::StageProfile profile = kit::terapipe::profile_stage(*model, blocks, rows, L, o.profile_repeats);
+  std::cout << profile.fit.to_string() << " over " << profile.samples.size() << " samples; fit error: rms "
+            << 100 * profile.error.rms_relative << " %, max " << 100 * profile.error.max_relative << " %" << std::endl;
+  const nlohmann::json j = kit::terapipe::latency_file_json(
+      profile, {{"program", "train_parallel"}, {"preset", o.run.preset}, {"n_layer", cfg.n_layer},
+                {"n_embd", cfg.n_embd}, {"n_head", cfg.n_head}, {"stages", o.grid.pp}, {"blocks", blocks},
+                {"seq_len", L}, {"rows", rows}, {"threads", o.run.train.threads}});
+  const std::string text = j.dump(1) + "\n";
+  kit::write_file_atomically(o.profile, std::vector<char>(text.begin(), text.end()), "--profile");
+  std::cout << "wrote " << o.profile << std::endl;
+  return 0;
+}
+
+// Problem 7's fields: the slicing (null without --slices) and what --latency predicts for it.
+nlohmann::json slicing_json(const ParallelOptions& o, const std::vector<int64_t>& lengths) {
+  const kit::terapipe::LatencyModel latency =
+      o.latency.empty() ? kit::terapipe::LatencyModel{} : kit::terapipe::read_latency_model(o.latency);
+  const bool predicts = !o.latency.empty() && !lengths.empty();
+  return {{"slicing", o.slices.empty() ? nlohmann::json() : nlohmann::json(o.slices)},
+          {"lengths", lengths.empty() ? nlohmann::json() : nlohmann::json(lengths)},
+          {"predicted_seconds", predicts ? nlohmann::json(predicted_seconds(o, lengths, latency)) : nlohmann::json()},
+          {"latency_model", o.latency.empty() ? nlohmann::json() : kit::terapipe::to_json(latency)}};
 }
 
 int worker_main(const ParallelOptions& o, const kit::WorldInfo& world) {
@@ -362,6 +412,7 @@ int worker_main(const ParallelOptions& o, const kit::WorldInfo& world) {
   t.lr = o.run.train.lr;
   t.weight_decay = o.weight_decay;
   t.precision = kit::parse_precision(o.precision);
+  if (!o.slices.empty()) t.slices = slicing_of(o);
   // The whole model from the seed (or --init-from) on every rank; each rank keeps its part.
   kit::GPT2 full = kit::build_model(cfg, o.vocab, o.run.data.seq_len, o.run.train.seed);
   if (!o.init_from.empty()) kit::import_checkpoint(*full, o.init_from);
@@ -386,7 +437,8 @@ int worker_main(const ParallelOptions& o, const kit::WorldInfo& world) {
   if (rank == 0)
     std::cout << "rank 0 of " << W << " (" << world.launcher_name() << ", " << o.backend << "): grid "
               << o.grid.str() << ", " << o.schedule << ", m = " << o.microbatches << ", v = " << o.virtual_chunks
-              << ", " << o.optimizer << (o.recompute ? ", recomputing activations" : "") << ", " << cfg.n_layer
+              << ", " << o.optimizer << (o.recompute ? ", recomputing activations" : "")
+              << (t.slices.empty() ? "" : ", slices " + kit::terapipe::to_string(t.slices)) << ", " << cfg.n_layer
               << " blocks" << std::endl;
 
   const int64_t B = o.run.train.batch_size, T = o.run.data.seq_len;
@@ -397,7 +449,8 @@ int worker_main(const ParallelOptions& o, const kit::WorldInfo& world) {
   torch::manual_seed(o.run.train.seed + 1 + static_cast<uint64_t>(c.dp * o.grid.pp + c.pp));
   const bool holds_loss = c.dp == 0 && c.tp == 0 && c.pp == pp::rank_of_stage(shape, shape.stages() - 1);
   const kit::StepTimer& timer = run.timer();
-  MemoryProbe probe{device, count_memory};
+  kit::grid::MemoryProbe probe{device, count_memory};
+  kit::grid::PipelineTimes times(shape.microbatches);
   kit::grid::CommSeconds comm;
   kit::dist::Counters tensor, data;  // the tensor and data groups' traffic over the timed steps
   int64_t peak_tensor_bytes = 0, peak_kept = 0;
@@ -425,6 +478,7 @@ int worker_main(const ParallelOptions& o, const kit::WorldInfo& world) {
   }, {}, [&](int64_t k) {
     peak_tensor_bytes = std::max(peak_tensor_bytes, kit::memory::bytes_peak(device));
     peak_kept = std::max(peak_kept, r.batch.peak_kept);
+    times.add(r.batch, timer.timed(k));
     if (k == 0 && !o.save_ranks.empty()) {
       saved.insert("timeline", pp::timeline_tensor(r.batch.timeline));
       saved.insert("peak_kept", torch::tensor(r.batch.peak_kept));
@@ -434,7 +488,8 @@ int worker_main(const ParallelOptions& o, const kit::WorldInfo& world) {
     if (!timer.timed(k)) return;
     timed_steps.push_back(pp::step_json(r.batch, k));
     if (!o.trace.empty())
-      for (auto& e : pp::measured_events(r.batch, rank, {o.virtual_chunks, 1}, k)) trace_events.push_back(std::move(e));
+      for (auto& e : pp::measured_events(r.batch, rank, {o.virtual_chunks, std::max<int64_t>(1, t.slices.size())}, k))
+        trace_events.push_back(std::move(e));
     const kit::dist::Counters tc = grid.tensor.counters();  // this step's (the trainer resets them)
     tensor.all_reduce_calls += tc.all_reduce_calls;
     tensor.all_reduce_bytes += tc.all_reduce_bytes;
@@ -473,7 +528,8 @@ int worker_main(const ParallelOptions& o, const kit::WorldInfo& world) {
                           std::move(trace_events),
                           {{"program", "train_parallel"}, {"schedule", o.schedule}, {"grid", grid_json},
                            {"coords", coords}, {"microbatches", o.microbatches},
-                           {"virtual_chunks", o.virtual_chunks}, {"steps", o.steps}, {"warmup", timer.warmup()}});
+                           {"virtual_chunks", o.virtual_chunks}, {"slicing", o.slices}, {"lengths", t.slices},
+                           {"steps", o.steps}, {"warmup", timer.warmup()}});
   }
   const kit::TensorDict whole = o.save.empty() ? kit::TensorDict() : trainer.gather_state_dict();
   if (!o.save.empty() && rank == 0) {
@@ -491,7 +547,10 @@ int worker_main(const ParallelOptions& o, const kit::WorldInfo& world) {
     const double tp_bytes = static_cast<double>(tensor.all_reduce_bytes) / per;
     // Every token of the global batch passes through every pipeline: tokens/s is the job's.
     nlohmann::json m = run.metrics(B * T);
-    m.update(zero_json(o, P, trainer.optimizer(), probe, data, per));
+    m.update(kit::grid::zero_metrics({o.optimizer, kit::parse_precision(o.precision), o.grid.dp, o.weight_decay, P},
+                                     trainer.optimizer(), probe, data, per));
+    m.update(times.json(r.batch, timer.warmup()));
+    m.update(slicing_json(o, t.slices));
     m.update({{"n_layer", cfg.n_layer}, {"n_head", cfg.n_head}, {"n_embd", cfg.n_embd},
               {"vocab_size", cfg.vocab_size}, {"dp", o.grid.dp}, {"pp", o.grid.pp}, {"tp", o.grid.tp},
               {"coords", coords}, {"schedule", o.schedule}, {"microbatches", o.microbatches},

@@ -14,6 +14,7 @@
 #include "pipeline_training/forward_backward.h"
 #include "pipeline_training/p2p.h"
 #include "pipeline_training/schedules.h"
+#include "terapipe/pipeline.h"
 #include "train/loss.h"
 #include "zero/data_parallel_optimizer.h"
 
@@ -23,6 +24,7 @@ struct Trainer3D::Impl {
   pp::PipelineRank pipeline;  // this rank's chunks as Problem 3's stages, for forward_backward
   std::unique_ptr<pp::P2P> p2p;
   std::unique_ptr<pp::Executor> executor;
+  std::unique_ptr<terapipe::SlicedExecutor> sliced;  // TeraPipe's, in place of executor
   std::unique_ptr<zero::DataParallelOptimizer> optimizer;  // over the data group
   bool optimizer_runs_forward = false;  // zero3: the optimizer's units are the model (no stages)
 };
@@ -61,59 +63,87 @@ TensorDict whole_state_of(const pp::StageModule& chunk) {
 
 Trainer3D::Trainer3D(const GPT2& full, const ProcessGrid& grid, Options3D options)
     : grid_(grid), options_(options), impl_(std::make_unique<Impl>()) {
-  const GPT2Config& cfg = full->config();
   // bf16 with a ZeRO stage: the paper's mixed precision, the stages' parameters (so their
   // activations, messages and gradients) in bf16 and the fp32 master in the optimizer.
   const torch::ScalarType type =
       zero::master_weights(options.precision, options.optimizer) ? torch::kBFloat16 : full->wte->weight.scalar_type();
   shape_.ranks = grid.shape.pp;
-  shape_.microbatches = options.microbatches;
+  const int64_t slices = std::max<int64_t>(1, static_cast<int64_t>(options.slices.size()));
+  shape_.microbatches = options.microbatches * slices;  // TeraPipe's units: (micro-batch, slice)
   shape_.virtual_chunks = options.virtual_chunks;
+  impl_->p2p = std::make_unique<pp::P2P>(shape_, grid.coords.pp,
+                                         torch::TensorOptions().dtype(type).device(dist::device()), grid.pipeline_ranks);
+  GPT2 whole{nullptr};  // zero3's model, which Fsdp takes apart
+  if (zero::zero_stage_of(options.optimizer) == 3)
+    whole = whole_model(full, type);
+  else if (!options.slices.empty())
+    build_sliced_stages(full, type);
+  else
+    build_stages(full, type);
+  impl_->pipeline = {chunks_, shape_, grid.coords.pp, &grid_.embedding};
   zero::ZeroOptions z;
   z.lr = options.lr;
   z.weight_decay = options.weight_decay;
-  const auto options_of_messages = torch::TensorOptions().dtype(type).device(dist::device());
-  if (zero::zero_stage_of(options.optimizer) == 3) {
-    // FSDP shards whole GPT-2 units (the embeddings, each block) and runs their forward
-    // itself: data parallelism alone, on a copy of `full` that Fsdp takes apart.
-    if (grid.shape.pp != 1 || grid.shape.tp != 1 || options.virtual_chunks != 1)
-      throw Error("zero3 (FSDP) gathers whole GPT-2 units, which the pipeline's stages and the tensor ranks split: "
-                  "run it with --pp 1 --tp 1 (data parallelism alone), or use adamw, zero1 or zero2 on the grid");
-    GPT2 model(cfg);
-    load_state_dict(*model, state_dict(*full), CheckpointLayout::Kit, "the trainer's copy of the model");
-    model->to(dist::device(), type);
-    model->train(full->is_training());
-    impl_->p2p = std::make_unique<pp::P2P>(shape_, 0, options_of_messages, grid.pipeline_ranks);  // one stage
-    impl_->optimizer = zero::make_data_parallel_optimizer(options.optimizer, {}, model, grid.data, z);
-    impl_->optimizer_runs_forward = true;
-    return;
-  }
+  impl_->optimizer = zero::make_data_parallel_optimizer(options.optimizer, parameters(), whole, grid.data, z);
+  impl_->optimizer_runs_forward = static_cast<bool>(whole);
+}
+
+// This rank's chunks as Problem 3's stages (t = 1) or tensor-parallel ones, the schedule's
+// actions of its pipeline rank, Problem 3's Executor.
+void Trainer3D::build_stages(const GPT2& full, torch::ScalarType type) {
+  const GPT2Config& cfg = full->config();
+  const Options3D& options = options_;
   if (options.schedules.empty()) pp::check_shape(options.schedule, shape_);  // a given schedule: its own
   pp::check_blocks_fit(cfg.n_layer, shape_);
   const pp::Schedules all = options.schedules.empty() ? pp::make_schedule(options.schedule, shape_) : options.schedules;
   if (static_cast<int64_t>(all.size()) != shape_.ranks)
     throw Error("the schedules have " + std::to_string(all.size()) + " ranks' actions for a pipeline of " +
                 std::to_string(shape_.ranks) + " ranks");
-  schedule_ = all[static_cast<size_t>(grid.coords.pp)];
+  schedule_ = all[static_cast<size_t>(grid_.coords.pp)];
   for (int64_t c = 0; c < shape_.virtual_chunks; ++c) {
-    const int64_t s = pp::virtual_stage(shape_, grid.coords.pp, c);
-    if (grid.shape.tp == 1) {  // Problem 3's stage: copies of full's parameters, then the type
+    const int64_t s = pp::virtual_stage(shape_, grid_.coords.pp, c);
+    if (grid_.shape.tp == 1) {  // Problem 3's stage: copies of full's parameters, then the type
       pp::StageModule stage(full, s, shape_.stages());
       stage->to(dist::device(), type);
       chunks_.push_back(stage);
       continue;
     }
-    TensorParallelStage stage(cfg, s, shape_.stages(), grid.tensor);
+    TensorParallelStage stage(cfg, s, shape_.stages(), grid_.tensor);
     stage->to(dist::device(), type);  // before loading: float64 stays exact
     stage->load_full(*full);
     chunks_.emplace_back(std::static_pointer_cast<pp::StageModuleImpl>(stage.ptr()));
   }
-  impl_->p2p = std::make_unique<pp::P2P>(shape_, grid.coords.pp, options_of_messages,
-                                         grid.pipeline_ranks);
-  impl_->executor = std::make_unique<pp::Executor>(chunks_, shape_, grid.coords.pp, *impl_->p2p);
+  impl_->executor = std::make_unique<pp::Executor>(chunks_, shape_, grid_.coords.pp, *impl_->p2p);
   impl_->executor->set_precision(options.precision);
-  impl_->pipeline = {chunks_, shape_, grid.coords.pp, &grid_.embedding};
-  impl_->optimizer = zero::make_data_parallel_optimizer(options.optimizer, parameters(), nullptr, grid.data, z);
+}
+
+// TeraPipe: this rank's SlicedStages (Problem 3's stages that also run a token slice at a
+// time), TeraPipe's schedule in GPipe's order over the m·n units, its SlicedExecutor.
+void Trainer3D::build_sliced_stages(const GPT2& full, torch::ScalarType type) {
+  if (grid_.shape.tp != 1)
+    throw Error("TeraPipe's token slices run Problem 3's stages, which tensor parallelism splits: use --tp 1 with "
+                "--slices");
+  const int64_t n = static_cast<int64_t>(options_.slices.size());
+  std::vector<terapipe::SlicedStage> stages = terapipe::build_sliced_stages(full, shape_, grid_.coords.pp);
+  for (auto& s : stages) s->to(dist::device(), type);
+  chunks_ = terapipe::as_stage_modules(stages);
+  schedule_ = terapipe::make_sliced_schedule(shape_, n, grid_.coords.pp);
+  impl_->sliced = std::make_unique<terapipe::SlicedExecutor>(stages, shape_, options_.slices, grid_.coords.pp,
+                                                             *impl_->p2p);
+  impl_->sliced->set_precision(options_.precision);
+}
+
+// zero3: FSDP shards whole GPT-2 units (the embeddings, each block) and runs their forward
+// itself, so data parallelism alone, on a copy of `full` that Fsdp takes apart.
+GPT2 Trainer3D::whole_model(const GPT2& full, torch::ScalarType type) const {
+  if (grid_.shape.pp != 1 || grid_.shape.tp != 1 || options_.virtual_chunks != 1 || !options_.slices.empty())
+    throw Error("zero3 (FSDP) gathers whole GPT-2 units, which the pipeline's stages, token slices and tensor ranks "
+                "split: run it with --pp 1 --tp 1 (data parallelism alone), or use adamw, zero1 or zero2 on the grid");
+  GPT2 model(full->config());
+  load_state_dict(*model, state_dict(*full), CheckpointLayout::Kit, "the trainer's copy of the model");
+  model->to(dist::device(), type);
+  model->train(full->is_training());
+  return model;
 }
 
 Trainer3D::~Trainer3D() = default;
@@ -145,7 +175,8 @@ StepReport Trainer3D::step(const torch::Tensor& idx, const torch::Tensor& labels
   StepReport report;
   const auto schedule = [&](const std::vector<pp::MicroBatch>& micro) {
     if (hooks.before_schedule) hooks.before_schedule();
-    pp::BatchResult r = impl_->executor->run(schedule_, micro, hooks.before_action);
+    pp::BatchResult r = impl_->sliced ? impl_->sliced->run(schedule_, micro, hooks.before_action)
+                                      : impl_->executor->run(schedule_, micro, hooks.before_action);
     if (hooks.after_schedule) hooks.after_schedule();
     return r;
   };

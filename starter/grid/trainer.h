@@ -20,6 +20,10 @@
 //      step then runs the model's forward through its units in place of a schedule;
 //   5. the loss of the global batch (the mean of the replicas' losses) reaches every rank.
 //
+// With Options3D::slices (Problem 7, TeraPipe) each micro-batch also goes down the pipeline
+// token slice by token slice: the stages are terapipe's SlicedStages (Problem 3's, which run a
+// slice at a time), the shape's "micro-batches" the m·n units, the executor its SlicedExecutor.
+//
 //   ProcessGrid grid = make_process_grid({.dp = 2, .pp = 2, .tp = 2});
 //   Trainer3D trainer(*full, grid, options);   // every rank passes the same whole model
 //   StepReport r = trainer.step(idx, labels, mask);
@@ -59,6 +63,9 @@ struct Options3D {
                                                        // zero1/2 bf16 parameters, an fp32 master
   pp::Schedules schedules;                             // every pipeline rank's actions (train_parallel
                                                        // --schedule-file); empty: make_schedule's
+  std::vector<int64_t> slices;                         // TeraPipe (Problem 7): each micro-batch's token
+                                                       // slices, run by its SlicedExecutor in
+                                                       // GPipe's order (t = 1); empty: whole
 };
 
 // What a run measures around a step, kept out of the step itself (as llm.c keeps its
@@ -117,6 +124,9 @@ class Trainer3D {
   const zero::DataParallelOptimizer& optimizer() const;
 
  private:
+  void build_stages(const GPT2& full, torch::ScalarType type);
+  void build_sliced_stages(const GPT2& full, torch::ScalarType type);
+  GPT2 whole_model(const GPT2& full, torch::ScalarType type) const;
   pp::BatchResult whole_model_forward_backward(const torch::Tensor& idx, const torch::Tensor& labels,
                                                const torch::Tensor& mask, const StepHooks& hooks);
 

@@ -1,7 +1,7 @@
 // Timelines as Chrome trace-event JSON, the format that Perfetto's UI (https://ui.perfetto.dev,
 // "Open trace file") and chrome://tracing open, and that PyTorch's profiler exports.
 //
-// Every program that records a timeline (train_parallel, run_terapipe, schedule
+// Every program that records a timeline (train_parallel, schedule
 // --kind) turns it into this neutral list of events and writes it here, so the format lives in
 // one place. One track per rank: pid 0 (named by `process`), tid = the track's id, a
 // "thread_name" metadata event per track. Each event is a complete event ("ph": "X") with ts

@@ -1,7 +1,7 @@
 // Forward and backward of one batch on one pipeline rank: the part of a training step that
-// the grid's trainer (grid/trainer.cpp: Problems 3 and 6, bin/train_parallel.cpp) and
-// TeraPipe (bin/run_terapipe.cpp) share, as Megatron-LM's forward_backward_func is the one
-// pipeline step its trainers call.
+// the grid's trainer (grid/trainer.cpp, bin/train_parallel.cpp) runs for every pipeline, Problem
+// 3's and TeraPipe's, as Megatron-LM's forward_backward_func is the one pipeline step its
+// trainers call.
 //
 //   1. the chunks' gradients cleared;
 //   2. the rank's rows of the batch cut into m micro-batches (split_batch), and the rank's

@@ -1,7 +1,7 @@
 // What a pipeline rank measured in its batches, as the files the programs write: the
 // --timeline JSON (simulate.h's timeline format with this rank's row, plus every timed
 // batch's actions), the --save dict's timeline tensor and the memory record. Used by
-// train_parallel; run_terapipe writes the same rows.
+// train_parallel.
 #pragma once
 #include <torch/types.h>
 

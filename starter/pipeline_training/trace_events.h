@@ -1,5 +1,5 @@
 // Pipeline timelines as trace events (kit/trace.h): the simulator's (schedule --kind --trace)
-// and the executors' measured ones (train_parallel and run_terapipe --trace).
+// and the executors' measured ones (train_parallel --trace, with or without --slices).
 //
 // Each action is one event on its rank's track: "F mb3" (category "forward"), "B mb3"
 // ("backward"); " c1" added for chunk 1 when a rank holds several chunks; TeraPipe's unit

@@ -78,13 +78,13 @@ std::vector<int64_t> latency_grid(int64_t L);
 // {"a": .., "b": .., "d": ..}; reading names a missing or non-numeric key.
 nlohmann::json to_json(const LatencyModel& model);
 LatencyModel latency_model_from_json(const nlohmann::json& j);
-// The "model" of a file run_terapipe --profile wrote. kit::Error naming `flag` and the fix
+// The "model" of a file train_parallel --profile wrote. kit::Error naming `flag` and the fix
 // when it cannot be read or is not such a file.
 LatencyModel read_latency_model(const std::string& path, const std::string& flag = "--latency");
 // [{"l": .., "c": .., "seconds": ..}, ...]
 nlohmann::json to_json(const std::vector<LatencySample>& samples);
 
-// What run_terapipe --profile measures and writes: profile_latency of blocks [0, num_blocks)
+// What train_parallel --profile measures and writes: profile_latency of blocks [0, num_blocks)
 // with `rows` rows on lengths latency_grid(L) and contexts 0, latency_grid(L - 1), fitted.
 // The file read_latency_model reads: {"model", "fit_error": {rms_relative, max_relative},
 // "samples"} added to `about` (what was profiled, for the reader).

@@ -89,7 +89,8 @@ struct BatchScope {
 };
 }  // namespace
 
-pp::BatchResult SlicedExecutor::run(const pp::RankSchedule& schedule, const std::vector<pp::MicroBatch>& micro) {
+pp::BatchResult SlicedExecutor::run(const pp::RankSchedule& schedule, const std::vector<pp::MicroBatch>& micro,
+                                    const pp::OnAction& on_action) {
   const int64_t m = shape_.microbatches / n(), L = offsets_.back() + lengths_.back();
   if (static_cast<int64_t>(micro.size()) != m)
     throw Error("SlicedExecutor::run: " + std::to_string(micro.size()) + " micro-batches for m = " + std::to_string(m));
@@ -105,7 +106,7 @@ pp::BatchResult SlicedExecutor::run(const pp::RankSchedule& schedule, const std:
   pp::BatchResult result = pp::run_actions(
       schedule, shape_, rank_, p2p_,
       [this](const pp::Action& a) { a.op == pp::Op::Forward ? forward_slice(a) : backward_slice(a); },
-      [this] { return kept_.size(); }, {}, "unit", forward_);
+      [this] { return kept_.size(); }, on_action, "unit", forward_);
   if (!kept_.empty()) {
     const auto& [u, c] = kept_.begin()->first;
     throw Error("rank " + std::to_string(rank_) + ": after the whole schedule " + std::to_string(kept_.size()) +

@@ -86,8 +86,9 @@ class SlicedExecutor {
 
   // Runs the schedule on the m micro-batches (whole sequences; this cuts them into slices).
   // Gradients accumulate into the stages' parameters. Throws kit::Error when the schedule
-  // leaves anything kept or names a unit out of range.
-  pp::BatchResult run(const pp::RankSchedule& schedule, const std::vector<pp::MicroBatch>& micro);
+  // leaves anything kept or names a unit out of range. on_action: as Executor::run's.
+  pp::BatchResult run(const pp::RankSchedule& schedule, const std::vector<pp::MicroBatch>& micro,
+                      const pp::OnAction& on_action = {});
   // --precision: bf16 runs every slice's forward under autocast (pp::run_actions); fp32 by default.
   void set_precision(Precision precision) { forward_ = pp::forward_precision(precision, *stages_.front()); }
 

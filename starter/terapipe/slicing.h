@@ -45,7 +45,7 @@ std::vector<int64_t> uniform_slicing(int64_t L, int64_t k);
 // Given: "12+12+8" for {12, 12, 8}.
 std::string to_string(const std::vector<int64_t>& lengths);
 
-// Given: the slicing run_terapipe's --slices names for L tokens on K stages: "none" (one
+// Given: the slicing train_parallel's --slices names for L tokens on K stages: "none" (one
 // slice), "uniform:N", "dp" (optimal_slicing on the model `latency` gives; kit::Error when
 // there is none) or lengths "64+32+32" (checked by evaluate). kit::Error naming the flag.
 std::vector<int64_t> slicing_from_spec(const std::string& spec, int64_t L, int64_t K,

@@ -1,5 +1,5 @@
 // plot_figures --terapipe-runs: TeraPipe's two figures from bench/terapipe.py's summary.json and
-// run_terapipe's rank files, and a message naming the file and the command that writes it when
+// train_parallel --slices's rank files, and a message naming the file and the command that writes it when
 // one is missing or wrong.
 #include <gtest/gtest.h>
 
@@ -35,7 +35,7 @@ json record(const TempDir& dir, const std::string& root, int L, const std::strin
   json metrics = json::array();
   for (int r = 0; r < kStages; ++r) {
     const std::string file = "L" + std::to_string(L) + "/" + sub + "/rank" + std::to_string(r) + ".json";
-    write_json(dir / file, {{"program", "run_terapipe"}, {"rank", r}, {"stages", kStages}, {"microbatches", 1},
+    write_json(dir / file, {{"program", "train_parallel"}, {"rank", r}, {"stages", kStages}, {"microbatches", 1},
                             {"seq_len", L}, {"slicing", slicing}, {"lengths", lengths}, {"timeline", timeline(n, r)}});
     metrics.push_back(root + "/" + file);
   }

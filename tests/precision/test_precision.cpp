@@ -1,7 +1,7 @@
 // --precision bf16 against fp32 for every kind of parallelism the training programs run:
 // data parallelism and ZeRO-1/2/3 (train_parallel --dp), the pipeline schedules (train_parallel --pp),
 // tensor parallelism (train_parallel --tp), the 3D grid with recomputation (train_parallel --dp --pp --tp) and
-// TeraPipe (run_terapipe). Each case runs its program twice on the tiny preset, the same
+// TeraPipe (train_parallel --slices). Each case runs its program twice on the tiny preset, the same
 // seed and batches, once per precision, and compares the losses step by step.
 //
 // The tolerance: bf16 autocast rounds the matrix products' inputs to 8 significant bits and
@@ -177,7 +177,7 @@ TEST(Precision, Grid3DZeroTwoMasterWeights) {
   }
 }
 TEST(Precision, TeraPipe) {
-  expect_bf16_close_to_fp32({"run_terapipe", {"--stages", "2", "--slices", "uniform:2", "--chunks", "2"}});
+  expect_bf16_close_to_fp32({"train_parallel", {"--pp", "2", "--slices", "uniform:2", "--chunks", "2"}});
 }
 
 }  // namespace
