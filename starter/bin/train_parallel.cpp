@@ -211,7 +211,8 @@ int worker_main(const ParallelOptions& o, const kit::WorldInfo& world);
 int main(int argc, char** argv) {
   CLI::App app{"GPT-2 trained on a grid of processes (Megatron-LM's PTD-P): --dp data-parallel replicas of a "
                "--pp-stage pipeline (GPipe, 1F1B or interleaved 1F1B over the micro-batches of each synthetic "
-               "batch) whose stages are split --tp ways by tensor parallelism, then one AdamW or ZeRO step."};
+               "batch, or TeraPipe's token slices with --slices) whose stages are split --tp ways by tensor "
+               "parallelism, then one AdamW or ZeRO step (ZeRO-3, FSDP, with --dp alone)."};
   ParallelOptions o;
   int dp = 1, pp = 1, tp = 1;
   app.add_option("--dp", dp, "Data-parallel degree d")->capture_default_str();
