@@ -79,8 +79,7 @@ struct ParallelOptions : kit::SyntheticOptions {
 };
 
 kit::GPT2Config config_of(const ParallelOptions& o) {
-  kit::GPT2Config cfg = kit::synthetic_config(o);
-  cfg.vocab_size = o.vocab;  // what kit::build_model does for synthetic tokens
+  kit::GPT2Config cfg = kit::synthetic_config(o);  // gpt2 keeps its 50257 rows, the others take --vocab-size
   if (o.n_head > 0) cfg.n_head = o.n_head;
   if (o.n_positions > 0) cfg.n_positions = o.n_positions;
   return cfg;
@@ -173,8 +172,8 @@ pp::Schedules checked_schedules(const ParallelOptions& o, int world_size) {
   try {
     kit::tp::check_divisible(cfg, o.grid.tp);  // names the size and the t that fit
   } catch (const kit::Error& e) {
-    throw kit::Error("--tp " + std::to_string(o.grid.tp) + " must divide the heads, the width and --vocab-size: " +
-                     e.what());
+    throw kit::Error("--tp " + std::to_string(o.grid.tp) + " must divide the heads, the width and the vocabulary "
+                     "(--vocab-size; a preset's own, as gpt2's 50257, stays): " + e.what());
   }
   if (!o.init_from.empty() && !std::filesystem::exists(o.init_from))
     throw kit::Error("--init-from " + o.init_from + " does not exist: give a checkpoint written by train, "
@@ -243,7 +242,7 @@ int main(int argc, char** argv) {
   kit::SyntheticHelp help;
   help.n_layer = "Transformer blocks (default: the preset's); at least v*p";
   help.batch_size = "Rows of the global batch (a multiple of d*m)";
-  help.vocab = "Vocabulary of the synthetic tokens (t must divide it)";
+  help.vocab = "Vocabulary of the synthetic tokens and of the model (gpt2 keeps its 50257 rows); t must divide the model's";
   kit::add_model_options(app, o, help);
   app.add_option("--n-head", o.n_head, "Attention heads (default: the preset's); t must divide it");
   app.add_option("--weight-decay", o.weight_decay, "AdamW's decoupled weight decay")->capture_default_str();
