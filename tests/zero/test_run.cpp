@@ -1,6 +1,6 @@
 // Problem 5 end to end: train_parallel --dp 2 --optimizer zero1|zero2|zero3 on 2 Gloo processes,
-// tiny preset. ZeRO-1 and ZeRO-2 train exactly as plain data parallelism with
-// torch::optim::AdamW does (losses), each rank holds ceil(P/2) x 2 x 4 bytes of optimizer state
+// tiny preset (and on 3, dropout on). ZeRO-1 and ZeRO-2 train exactly as plain data parallelism
+// with torch::optim::AdamW does (losses), each rank holds ceil(P/2) x 2 x 4 bytes of optimizer state
 // (measured by the program from the moment tensors, P counted here from the model), and a bad
 // flag is refused before any rank starts; ZeRO-3 (Problem 5.5) the same, holding its shards only.
 // train_parallel carries the student's code, so it runs in subject parts, which record each run's
@@ -11,7 +11,9 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <mutex>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -34,11 +36,25 @@ constexpr double kRunWeightDecay = 0.1;
 // below what one wrong step moves them (see LossesMoveMoreThanTheTolerance).
 constexpr double kRelTol = 1e-5;
 
-std::vector<std::string> args(const std::string& optimizer, const std::string& dir, const std::string& lr = "0.01") {
-  return {kit_test::build_program("train_parallel"), "--dp", "2", "--optimizer", optimizer, "--preset", "tiny", "--dropout", "0",
-          "--batch-size", std::to_string(kRunBatch), "--seq-len", std::to_string(kRunSeqLen), "--vocab-size",
-          std::to_string(kRunVocab), "--steps", std::to_string(kRunSteps), "--lr", lr, "--weight-decay", "0.1",
-          "--seed", std::to_string(kRunSeed), "--threads", "1", "--no-progress", "--out", dir + "/metrics/{rank}.json"};
+// A run's shape: data-parallel ranks, the global batch's rows, dropout.
+struct RunShape {
+  int ranks = 2;
+  int64_t batch = kRunBatch;
+  double dropout = 0;
+};
+// The runs on 3 ranks: shards of ceil(P/3) with padding (P = 31,616 is not a multiple of 3),
+// every rank's own dropout masks, 2 rows each.
+constexpr RunShape kThreeWithDropout{3, 6, 0.1};
+
+std::vector<std::string> args(const std::string& optimizer, const std::string& dir, const std::string& lr = "0.01",
+                              const RunShape& shape = {}) {
+  std::ostringstream dropout;
+  dropout << shape.dropout;
+  return {kit_test::build_program("train_parallel"), "--dp", std::to_string(shape.ranks), "--optimizer", optimizer,
+          "--preset", "tiny", "--dropout", dropout.str(), "--batch-size", std::to_string(shape.batch), "--seq-len",
+          std::to_string(kRunSeqLen), "--vocab-size", std::to_string(kRunVocab), "--steps", std::to_string(kRunSteps),
+          "--lr", lr, "--weight-decay", "0.1", "--seed", std::to_string(kRunSeed), "--threads", "1", "--no-progress",
+          "--out", dir + "/metrics/{rank}.json"};
 }
 
 // P, counted from the model train_parallel trains (the tied weight once).
@@ -49,30 +65,47 @@ int64_t tiny_parameter_count() {
   return kit::count_parameters(*model);
 }
 
-// Plain data parallelism on 2 ranks, in one process (the judge's reference): train_parallel's
-// model (tiny, no dropout, seed 7) and global batches (synthetic_batches), rank r's loss on rows
-// [r B/2, (r+1) B/2), the average of their gradients, torch::optim::AdamW (lr 0.01, weight decay
-// 0.1). losses[k]: the global batch's loss at step k, the mean of the ranks' (what every rank
-// reports).
-std::vector<double> plain_adamw_losses() {
+// Plain data parallelism on n ranks, in one process (the judge's reference): train_parallel's
+// model (tiny, seed 7) and global batches (synthetic_batches), rank r's loss on rows
+// [r B/n, (r+1) B/n) with rank r's dropout masks (its generator seeded seed + 1 + r, as the
+// program seeds each data-parallel rank, and carried from step to step), the average of their
+// gradients, torch::optim::AdamW (lr 0.01, weight decay 0.1). losses[k]: the global batch's
+// loss at step k, the mean of the ranks' (what every rank reports).
+std::vector<double> plain_adamw_losses(const RunShape& shape = {}) {
   const std::vector<kit::TokenBatch> batches =
-      kit::synthetic_batches(kRunSteps, kRunBatch, kRunSeqLen, kRunVocab, kRunSeed);
+      kit::synthetic_batches(kRunSteps, shape.batch, kRunSeqLen, kRunVocab, kRunSeed);
   kit::GPT2Config cfg = kit::gpt2_preset("tiny");
-  cfg.dropout = 0;
+  cfg.dropout = shape.dropout;
   kit::GPT2 model = kit::build_model(cfg, kRunVocab, kRunSeqLen, kRunSeed);
   model->train();
   torch::optim::AdamW opt(model->parameters(), torch::optim::AdamWOptions(0.01).weight_decay(kRunWeightDecay));
+  at::Generator gen = at::globalContext().defaultGenerator(torch::kCPU);
+  std::vector<torch::Tensor> dropout_state;  // each rank's generator
+  for (int r = 0; r < shape.ranks; ++r) {
+    torch::manual_seed(kRunSeed + 1 + static_cast<uint64_t>(r));
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    dropout_state.push_back(gen.get_state());
+  }
+  const int64_t rows = shape.batch / shape.ranks;
   std::vector<double> losses;
   for (int64_t k = 0; k < kRunSteps; ++k) {
     opt.zero_grad();
     const kit::TokenBatch& b = batches[static_cast<size_t>(k)];
     torch::Tensor total;
-    for (int r = 0; r < 2; ++r) {
-      const int64_t half = kRunBatch / 2;
-      const torch::Tensor loss = kit::masked_cross_entropy(model->forward(b.idx.narrow(0, r * half, half)),
-                                                           b.labels.narrow(0, r * half, half),
-                                                           b.mask.narrow(0, r * half, half));
-      total = r == 0 ? loss / 2 : total + loss / 2;
+    for (int r = 0; r < shape.ranks; ++r) {
+      {
+        std::lock_guard<std::mutex> lock(gen.mutex());
+        gen.set_state(dropout_state[static_cast<size_t>(r)]);
+      }
+      const torch::Tensor loss = kit::masked_cross_entropy(model->forward(b.idx.narrow(0, r * rows, rows)),
+                                                           b.labels.narrow(0, r * rows, rows),
+                                                           b.mask.narrow(0, r * rows, rows)) /
+                                 shape.ranks;
+      {
+        std::lock_guard<std::mutex> lock(gen.mutex());
+        dropout_state[static_cast<size_t>(r)] = gen.get_state();
+      }
+      total = r == 0 ? loss : total + loss;
     }
     losses.push_back(total.item<double>());
     total.backward();
@@ -96,23 +129,23 @@ ZeroRunResult get_run(const judge::Record& got, const std::string& name) {
   return {got.get<int>(name + "/exitcode"), got.get<std::string>(name + "/described"),
           got.get<std::vector<std::string>>(name + "/metrics")};
 }
-ZeroRunResult train_run(const std::string& optimizer, const std::string& lr = "0.01") {
+ZeroRunResult train_run(const std::string& optimizer, const std::string& lr = "0.01", const RunShape& shape = {}) {
   kit_test::TempDir dir("zero_run_" + optimizer);
-  const auto r = kit_test::run_kit_program(args(optimizer, dir.path(), lr), dir / "log.txt");
+  const auto r = kit_test::run_kit_program(args(optimizer, dir.path(), lr, shape), dir / "log.txt");
   ZeroRunResult out;
   out.exitcode = r.exitcode;
   out.described = kit_test::describe_run(r);
-  for (int rank = 0; rank < 2; ++rank)
+  for (int rank = 0; rank < shape.ranks; ++rank)
     out.metrics.push_back(kit_test::read_file(dir.path() + "/metrics/" + std::to_string(rank) + ".json"));
   return out;
 }
 
 // The subject part of a case: train_parallel with each optimizer (and lr) in turn, recorded by name.
-judge::Record train_runs(const std::vector<std::pair<std::string, std::string>>& runs) {
+judge::Record train_runs(const std::vector<std::pair<std::string, std::string>>& runs, const RunShape& shape = {}) {
   return judge::subject([&](judge::Record& out) {
     for (const auto& [name, lr] : runs) {
       const std::string optimizer = name.substr(0, name.find('@'));
-      put_run(out, name, train_run(optimizer, lr));
+      put_run(out, name, train_run(optimizer, lr, shape));
     }
   });
 }
@@ -148,8 +181,9 @@ T field(const nlohmann::json& m, const std::string& key, const std::string& what
   }
 }
 
-void expect_same_losses(const std::vector<double>& a, const ZeroRunResult& got, const std::string& what) {
-  for (int rank = 0; rank < 2; ++rank) {
+void expect_same_losses(const std::vector<double>& a, const ZeroRunResult& got, const std::string& what,
+                        int ranks = 2) {
+  for (int rank = 0; rank < ranks; ++rank) {
     const nlohmann::json m = metrics_of(got, what, rank);
     if (m.is_null()) return;
     const auto b = field<std::vector<double>>(m, "losses", what + ", rank " + std::to_string(rank));
@@ -166,6 +200,16 @@ TEST(ZeroRun, Zero1AndZero2TrainAsPlainAdamW) {
   const auto ref = plain_adamw_losses();
   expect_same_losses(ref, get_run(got, "zero1"), "zero1");
   expect_same_losses(ref, get_run(got, "zero2"), "zero2");
+}
+
+// Three ranks, dropout on: the shards are uneven (the last one padded) and every rank draws
+// its own masks; ZeRO must still train as plain data parallelism does.
+TEST(ZeroRun, ThreeRanksWithDropoutTrainAsPlainAdamW) {
+  const judge::Record got = train_runs({{"zero1", "0.01"}, {"zero2", "0.01"}}, kThreeWithDropout);
+  if (!judge::judging()) return;
+  const auto ref = plain_adamw_losses(kThreeWithDropout);
+  expect_same_losses(ref, get_run(got, "zero1"), "zero1 on 3 ranks with dropout", 3);
+  expect_same_losses(ref, get_run(got, "zero2"), "zero2 on 3 ranks with dropout", 3);
 }
 
 TEST(ZeroRun, LossesMoveMoreThanTheTolerance) {
@@ -260,4 +304,11 @@ TEST(FsdpRun, Zero3TrainsAsPlainAdamWAndHoldsItsShardsOnly) {
     // Two all-gathers and a reduce-scatter of every shard, n - 1 = 1 chunk each.
     EXPECT_DOUBLE_EQ(field<double>(z, "send_bytes_per_step", what), 3.0 * shard) << "rank " << rank;
   }
+}
+
+// ZeRO-3 on three ranks with dropout: uneven unit shards, every rank its own masks.
+TEST(FsdpRun, ThreeRanksWithDropoutTrainAsPlainAdamW) {
+  const judge::Record got = train_runs({{"zero3", "0.01"}}, kThreeWithDropout);
+  if (!judge::judging()) return;
+  expect_same_losses(plain_adamw_losses(kThreeWithDropout), get_run(got, "zero3"), "zero3 on 3 ranks with dropout", 3);
 }
