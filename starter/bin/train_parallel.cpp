@@ -122,12 +122,12 @@ double predicted_seconds(const ParallelOptions& o, const std::vector<int64_t>& l
 }
 
 // --slices: TeraPipe's schedule (GPipe's order, slice by slice) on Problem 3's stages.
+// (The slicing itself is checked where it is made: the schedules, --print-slicing.)
 void check_slices_options(const ParallelOptions& o) {
   refuse_flags({{o.grid.tp != 1, "--tp"}, {o.schedule != "gpipe", "--schedule"}, {o.recompute, "--recompute"},
                 {!o.schedule_file.empty(), "--schedule-file"}, {o.virtual_chunks != 1, "--virtual"}},
                "does not go with --slices, which runs TeraPipe's own schedule (GPipe's order, slice by slice) on "
                "Problem 3's stages: leave it out");
-  if (o.profile.empty()) slicing_of(o);  // a bad --slices fails before any process starts
 }
 
 // Every check that needs no process, the same in the launcher and in each worker (srun):
