@@ -3,8 +3,9 @@
 // Each rank holds v chunks (virtual pipeline stages) of the model with tensor-parallel
 // blocks (grid/stage.h; at t = 1 Problem 3's own stages, pipeline_training/stage_model.h, so
 // a grid without tensor parallelism runs no Problem 4 code) and runs Problem 3's schedules
-// over its pipeline, with Problem 3's Executor and your forward_step / backward_step. One
-// training step on the global batch:
+// over its pipeline, with Problem 3's Executor and your forward_step / backward_step (at
+// p = v = 1, no pipeline, the Executor's given one-stage run: data or tensor parallelism
+// alone runs no Problem 3 code). One training step on the global batch:
 //
 //   1. the data-parallel rank dp takes rows [dp·B/d, (dp+1)·B/d) of the batch (every rank of
 //      a replica, whatever its stage or tensor rank, the same rows) and cuts them into m

@@ -77,6 +77,26 @@ ForwardPrecision forward_precision(Precision precision, const torch::nn::Module&
 
 BatchResult Executor::run(const RankSchedule& schedule, const std::vector<MicroBatch>& micro,
                           const OnAction& on_action) {
+  return run_with(schedule, micro, on_action,
+                  [this](const Action& a) { a.op == Op::Forward ? forward_step(a) : backward_step(a); });
+}
+
+BatchResult Executor::run_one_stage(const RankSchedule& schedule, const std::vector<MicroBatch>& micro,
+                                    const OnAction& on_action) {
+  if (shape_.stages() != 1)
+    throw Error("Executor::run_one_stage runs a pipeline of one stage, not of " + std::to_string(shape_.stages()) +
+                ": use run");
+  return run_with(schedule, micro, on_action, [this](const Action& a) {
+    if (a.op == Op::Backward) return take(a).output.backward();
+    const MicroBatch& mb = microbatch(a);
+    torch::Tensor loss = chunk(a)->loss(chunk(a)->forward(mb.idx), mb);
+    add_loss(loss);
+    keep(a, {mb.idx, loss});
+  });
+}
+
+BatchResult Executor::run_with(const RankSchedule& schedule, const std::vector<MicroBatch>& micro,
+                               const OnAction& on_action, const std::function<void(const Action&)>& perform) {
   if (static_cast<int64_t>(micro.size()) != shape_.microbatches)
     throw Error("Executor::run: " + std::to_string(micro.size()) + " micro-batches for a pipeline of m = " +
                 std::to_string(shape_.microbatches));
@@ -85,10 +105,9 @@ BatchResult Executor::run(const RankSchedule& schedule, const std::vector<MicroB
   BatchScope scope{micro_, kept_};
   loss_ = 0;
   peak_kept_ = 0;
-  BatchResult result = run_actions(
-      schedule, shape_, rank_, p2p_,
-      [this](const Action& a) { a.op == Op::Forward ? forward_step(a) : backward_step(a); },
-      [this] { return kept_.size(); }, on_action, "micro-batch", forward_);
+  BatchResult result =
+      run_actions(schedule, shape_, rank_, p2p_, perform, [this] { return kept_.size(); }, on_action, "micro-batch",
+                  forward_);
   if (!kept_.empty()) {
     const auto& [i, c] = kept_.begin()->first;
     throw Error("rank " + std::to_string(rank_) + ": after the whole schedule " + std::to_string(kept_.size()) +

@@ -90,6 +90,12 @@ class Executor {
   // kept or unsent, and when an action names a chunk or micro-batch out of range.
   // on_action (tests, failure injection): called before each action with its index.
   BatchResult run(const RankSchedule& schedule, const std::vector<MicroBatch>& micro, const OnAction& on_action = {});
+  // The same on a pipeline of one stage (p = v = 1), where an action needs no message:
+  // F(i) runs the whole model and its loss, B(i) starts backward from that loss. Given code,
+  // not forward_step / backward_step, so a run with no pipeline (data or tensor parallelism
+  // alone: Problems 4 and 5) needs none of Problem 3's student functions.
+  BatchResult run_one_stage(const RankSchedule& schedule, const std::vector<MicroBatch>& micro,
+                            const OnAction& on_action = {});
   // --precision: bf16 runs every forward action under autocast (run_actions); fp32 by default.
   void set_precision(Precision precision) { forward_ = forward_precision(precision, *chunks_.front()); }
 
@@ -128,6 +134,9 @@ class Executor {
   double loss_ = 0;
   int64_t peak_kept_ = 0;
   ForwardPrecision forward_;
+
+  BatchResult run_with(const RankSchedule& schedule, const std::vector<MicroBatch>& micro, const OnAction& on_action,
+                       const std::function<void(const Action&)>& perform);
 };
 
 }  // namespace kit::pp

@@ -50,6 +50,21 @@ Schedules make_schedule(ScheduleKind kind, const PipelineShape& shape) {
   return all;
 }
 
+RankSchedule one_stage_schedule(ScheduleKind kind, int64_t microbatches) {
+  check_shape(kind, {1, microbatches, 1});
+  RankSchedule s;
+  if (kind == ScheduleKind::GPipe) {
+    for (int64_t i = 0; i < microbatches; ++i) s.push_back(F(i));
+    for (int64_t i = 0; i < microbatches; ++i) s.push_back(B(i));
+    return s;
+  }
+  for (int64_t i = 0; i < microbatches; ++i) {
+    s.push_back(F(i));
+    s.push_back(B(i));
+  }
+  return s;
+}
+
 Schedules read_schedules_file(const std::string& path, int64_t ranks, const std::string& flag) {
   std::ifstream f(path);
   if (!f) throw Error(flag + " " + path + " cannot be read");

@@ -35,6 +35,11 @@ RankSchedule interleaved_schedule(int64_t ranks, int64_t microbatches, int64_t c
 void check_shape(ScheduleKind kind, const PipelineShape& shape);
 Schedules make_schedule(ScheduleKind kind, const PipelineShape& shape);
 
+// Given: what `kind` is on a pipeline of one stage (p = v = 1), built here and not by the
+// functions above, so that a run with no pipeline (Problems 4 and 5) needs no Problem 3.1
+// code: GPipe's m forwards then m backwards; 1F1B's (and interleaved's, at v = 1) F0 B0 F1 B1 ...
+RankSchedule one_stage_schedule(ScheduleKind kind, int64_t microbatches);
+
 // Per-rank action lists from a JSON file: {"schedules": [[{"op": "F", "microbatch": 0,
 // "chunk": 0}, ...], ...]} or the bare list of lists, one list per rank. kit::Error naming
 // `flag` and the file when it cannot be read, is not JSON or has not `ranks` lists.
