@@ -24,7 +24,6 @@ struct Trainer3D::Impl {
   pp::PipelineRank pipeline;  // this rank's chunks as Problem 3's stages, for forward_backward
   std::unique_ptr<pp::P2P> p2p;
   std::unique_ptr<pp::Executor> executor;
-  bool one_stage = false;  // p = v = 1: the Executor's given one-stage run, no Problem 3 code
   std::unique_ptr<terapipe::SlicedExecutor> sliced;  // TeraPipe's, in place of executor
   std::unique_ptr<zero::DataParallelOptimizer> optimizer;  // over the data group
   bool optimizer_runs_forward = false;  // zero3: the optimizer's units are the model (no stages)
@@ -120,7 +119,6 @@ void Trainer3D::build_stages(const GPT2& full, torch::ScalarType type) {
   }
   impl_->executor = std::make_unique<pp::Executor>(chunks_, shape_, grid_.coords.pp, *impl_->p2p);
   impl_->executor->set_precision(options.precision);
-  impl_->one_stage = one_stage;
 }
 
 // TeraPipe: this rank's SlicedStages (Problem 3's stages that also run a token slice at a
@@ -182,8 +180,8 @@ StepReport Trainer3D::step(const torch::Tensor& idx, const torch::Tensor& labels
   const auto schedule = [&](const std::vector<pp::MicroBatch>& micro) {
     if (hooks.before_schedule) hooks.before_schedule();
     pp::BatchResult r = impl_->sliced      ? impl_->sliced->run(schedule_, micro, hooks.before_action)
-                        : impl_->one_stage ? impl_->executor->run_one_stage(schedule_, micro, hooks.before_action)
-                                           : impl_->executor->run(schedule_, micro, hooks.before_action);
+                        : shape_.stages() == 1 ? impl_->executor->run_one_stage(schedule_, micro, hooks.before_action)
+                        : impl_->executor->run(schedule_, micro, hooks.before_action);
     if (hooks.after_schedule) hooks.after_schedule();
     return r;
   };
