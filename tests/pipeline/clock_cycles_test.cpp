@@ -12,6 +12,7 @@
 #include "pipeline/pipe.h"
 #include "pipeline/schedule.h"
 #include "pipeline/schedule_codec.h"
+#include "reference_clock_cycles.h"
 
 namespace kit {
 namespace {
@@ -23,14 +24,7 @@ void PrintTo(const Shape& s, std::ostream* os) { *os << "m " << s.m << ", n " <<
 
 std::string show(const Schedule& s, int64_t n) { return "\n" + format_schedule_table(s, n); }
 
-// The reference schedule, built the slow way: clock k holds every (i, j) with i + j == k.
-Schedule expected_schedule(int64_t m, int64_t n) {
-  Schedule s(static_cast<size_t>(m + n - 1));
-  for (int64_t k = 0; k < m + n - 1; ++k)
-    for (int64_t j = 0; j < n; ++j)
-      if (k - j >= 0 && k - j < m) s[static_cast<size_t>(k)].push_back({k - j, j});
-  return s;
-}
+Schedule expected_schedule(int64_t m, int64_t n) { return test::reference_clock_cycles(m, n); }
 
 // The schedule the student's clock_cycles(m, n) returns, as the subject recorded it.
 Schedule student_schedule(int64_t m, int64_t n) {

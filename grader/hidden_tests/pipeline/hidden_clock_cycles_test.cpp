@@ -8,26 +8,18 @@
 #include "pipeline/pipe.h"
 #include "pipeline/schedule.h"
 #include "pipeline/schedule_codec.h"
+#include "pipeline/reference_clock_cycles.h"
 
 namespace kit {
 namespace {
 
-// The reference schedule, built the slow way: clock k holds every (i, j) with i + j == k,
-// by increasing j.
-Schedule slow_schedule(int64_t m, int64_t n) {
-  Schedule s(static_cast<size_t>(m + n - 1));
-  for (int64_t k = 0; k < m + n - 1; ++k)
-    for (int64_t j = 0; j < n; ++j)
-      if (k - j >= 0 && k - j < m) s[static_cast<size_t>(k)].push_back({k - j, j});
-  return s;
-}
-
-// The subject runs clock_cycles(m, n); the judge builds the schedule the slow way and compares.
+// The subject runs clock_cycles(m, n); the judge builds the schedule the slow way
+// (tests/pipeline/reference_clock_cycles.h) and compares.
 void expect_schedule(int64_t m, int64_t n) {
   const Schedule got = judge::subject([&](judge::Record& out) { out.put("schedule", clock_cycles(m, n)); })
                            .get<Schedule>("schedule");
   if (!judge::judging()) return;
-  const Schedule want = slow_schedule(m, n);
+  const Schedule want = test::reference_clock_cycles(m, n);
   const std::string tables =
       "\nexpected:\n" + format_schedule_table(want, n) + "actual:\n" + format_schedule_table(got, n);
   ASSERT_EQ(got.size(), want.size()) << "m = " << m << ", n = " << n << " needs m + n - 1 = " << m + n - 1
