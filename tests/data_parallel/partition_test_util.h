@@ -115,6 +115,64 @@ inline void expect_cut(const kit::judge::Record& got, const std::vector<int64_t>
   EXPECT_EQ(static_cast<int64_t>(all.size()), total) << "partitions overlap";
 }
 
+// The judge's reading of a record of every rank's own partitioner (num_partitions: each
+// rank's count; parts: rank r's PartView of partition r): `world` partitions everywhere, each a
+// view (item i is data[index[i]]), disjoint, floor(n / world) examples each. Rank r's example
+// indices go to (*per_rank)[r]; a fatal failure when the record is not that.
+inline void expect_rank_views(const kit::judge::Record& got, int world, int64_t n, int64_t index_base,
+                              std::vector<std::vector<int64_t>>* per_rank) {
+  const auto counts = got.get<std::vector<int64_t>>("num_partitions");
+  const auto parts = got.get<std::vector<PartView>>("parts");
+  ASSERT_TRUE(got.ok());
+  per_rank->clear();
+  for (size_t r = 0; r < counts.size(); ++r) {
+    ASSERT_EQ(counts[r], world);
+    ASSERT_LT(r, parts.size());
+    const PartView& part = parts[r];
+    // A Partition is a view: item i is data[index[i]].
+    ASSERT_EQ(part.size, static_cast<int64_t>(part.index.size()));
+    ASSERT_EQ(part.values.size(), part.index.size());
+    for (int64_t i = 0; i < part.size; ++i)
+      ASSERT_EQ(part.values[static_cast<size_t>(i)], index_base + part.index[static_cast<size_t>(i)])
+          << "Partition::get(" << i << ") must return data[index[" << i << "]]";
+    per_rank->push_back(part.values);
+  }
+  ASSERT_EQ(per_rank->size(), static_cast<size_t>(world));
+  EXPECT_EQ(check_disjoint(*per_rank, n, n / world, index_base), "");
+  std::set<int64_t> all;
+  for (const auto& v : *per_rank) all.insert(v.begin(), v.end());
+  EXPECT_EQ(static_cast<int64_t>(all.size()), world * (n / world)) << "the union of the partitions";
+}
+
+// A subject part's record of the order DataPartitioner(source, sizes, seed) serves, every
+// partition's example indices one after the other, for seed a, seed b and seed a again.
+inline void record_seeded_orders(kit::judge::Record& out, const std::shared_ptr<const kit::ExampleSource>& source,
+                                 const std::vector<double>& sizes, uint64_t a, uint64_t b) {
+  auto order = [&](uint64_t seed) {
+    kit::DataPartitioner p(source, sizes, seed);
+    std::vector<int64_t> all;
+    for (int64_t k = 0; k < p.num_partitions(); ++k) {
+      const auto v = values_of(p.use(k));
+      all.insert(all.end(), v.begin(), v.end());
+    }
+    return all;
+  };
+  out.put("a", order(a));
+  out.put("b", order(b));
+  out.put("a again", order(a));
+}
+
+// The judge's reading of record_seeded_orders: the two seeds' orders differ, the same seed
+// gives the same order twice, and the order is not `unshuffled` (the examples as they are).
+inline void expect_seeded_orders(const kit::judge::Record& got, uint64_t a, uint64_t b,
+                                 const std::vector<int64_t>& unshuffled) {
+  const auto first = got.get<std::vector<int64_t>>("a"), second = got.get<std::vector<int64_t>>("b");
+  ASSERT_TRUE(got.ok());
+  EXPECT_NE(first, second) << "seeds " << a << " and " << b << " gave the same order: the seed must drive the shuffle";
+  EXPECT_NE(first, unshuffled) << "the positions are not shuffled (partition 0 is the first examples of the data)";
+  EXPECT_EQ(got.get<std::vector<int64_t>>("a again"), first) << "the same seed must give the same order";
+}
+
 }  // namespace partition_test
 
 namespace kit::judge {

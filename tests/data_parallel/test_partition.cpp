@@ -18,17 +18,13 @@
 #include "judge/judge.h"
 #include "kit/errors.h"
 
+namespace partition_test {  // its helpers (partition_test_util.h) without a using list
 namespace {
 
 namespace judge = kit::judge;
 
 constexpr int64_t kIndexBase = 1000;  // example i carries index 1000 + i, so values differ from positions
 
-using partition_test::PartView;
-using partition_test::record_partitions;
-using partition_test::expect_cut;
-using partition_test::values_of;
-using partition_test::view_of;
 
 std::shared_ptr<const kit::ExampleSource> fake(int64_t n) {
   return std::make_shared<partition_test::FakeSource>(n, kIndexBase, 7);
@@ -82,28 +78,8 @@ TEST(DataPartitioner, EqualSplitsAreDisjointAndCoverWhatTheSizesPromise) {
         },
         c.name());
     if (!judge::judging()) continue;
-    const auto counts = got.get<std::vector<int64_t>>("num_partitions");
-    const auto parts = got.get<std::vector<PartView>>("parts");
-    ASSERT_TRUE(got.ok());
     std::vector<std::vector<int64_t>> per_rank;
-    for (size_t r = 0; r < counts.size(); ++r) {
-      ASSERT_EQ(counts[r], c.world);
-      ASSERT_LT(r, parts.size());
-      const PartView& part = parts[r];
-      // A Partition is a view: item i is data[index[i]].
-      ASSERT_EQ(part.size, static_cast<int64_t>(part.index.size()));
-      ASSERT_EQ(part.values.size(), part.index.size());
-      for (int64_t i = 0; i < part.size; ++i)
-        ASSERT_EQ(part.values[static_cast<size_t>(i)], kIndexBase + part.index[static_cast<size_t>(i)])
-            << "Partition::get(" << i << ") must return data[index[" << i << "]]";
-      per_rank.push_back(part.values);
-    }
-    ASSERT_EQ(per_rank.size(), static_cast<size_t>(c.world));
-    const std::string problem = partition_test::check_disjoint(per_rank, c.n, c.n / c.world, kIndexBase);
-    EXPECT_EQ(problem, "");
-    std::set<int64_t> all;
-    for (const auto& v : per_rank) all.insert(v.begin(), v.end());
-    EXPECT_EQ(static_cast<int64_t>(all.size()), c.world * (c.n / c.world)) << "the union of the partitions";
+    expect_rank_views(got, c.world, c.n, kIndexBase, &per_rank);
     if (HasFailure()) return;  // one failing case says enough
   }
 }
@@ -142,25 +118,12 @@ TEST(DataPartitioner, EveryRankComputesTheSamePermutation) {
 
 TEST(DataPartitioner, ShufflesWithTheSeed) {
   const int64_t n = 128;
-  const judge::Record got = judge::subject([&](judge::Record& out) {
-    auto order = [&](uint64_t seed) {
-      kit::DataPartitioner p(fake(n), {0.5, 0.5}, seed);
-      std::vector<int64_t> all = values_of(p.use(0)), second = values_of(p.use(1));
-      all.insert(all.end(), second.begin(), second.end());
-      return all;
-    };
-    out.put("1234", order(1234));
-    out.put("4321", order(4321));
-    out.put("1234 again", order(1234));
-  });
+  const judge::Record got =
+      judge::subject([&](judge::Record& out) { record_seeded_orders(out, fake(n), {0.5, 0.5}, 1234, 4321); });
   if (!judge::judging()) return;
-  const auto a = got.get<std::vector<int64_t>>("1234"), b = got.get<std::vector<int64_t>>("4321");
-  ASSERT_TRUE(got.ok());
-  EXPECT_NE(a, b) << "seeds 1234 and 4321 gave the same order " << describe(a) << ": the seed must drive the shuffle";
   std::vector<int64_t> identity(n);
   for (int64_t i = 0; i < n; ++i) identity[static_cast<size_t>(i)] = kIndexBase + i;
-  EXPECT_NE(a, identity) << "the positions are not shuffled (partition 0 is the first half of the data)";
-  EXPECT_EQ(got.get<std::vector<int64_t>>("1234 again"), a) << "the same seed must give the same order";
+  expect_seeded_orders(got, 1234, 4321, identity);
 }
 
 TEST(DataPartitioner, DefaultSizesCutFloorOfEachShareAndDropTheRest) {
@@ -327,3 +290,4 @@ TEST(PartitionDataset, RejectsAWorldOfZeroAndARankOutsideTheWorld) {
 }
 
 }  // namespace
+}  // namespace partition_test

@@ -17,16 +17,12 @@
 #include "data_parallel/partition_test_util.h"
 #include "judge/judge.h"
 
+namespace partition_test {  // its helpers (partition_test_util.h) without a using list
 namespace {
 
 constexpr int64_t kIndexBase = 5000;  // example i carries index 5000 + i, so values differ from positions
 
 namespace judge = kit::judge;
-using partition_test::PartView;
-using partition_test::record_partitions;
-using partition_test::expect_cut;
-using partition_test::values_of;
-using partition_test::view_of;
 
 std::shared_ptr<const kit::ExampleSource> fake(int64_t n) {
   return std::make_shared<partition_test::FakeSource>(n, kIndexBase, 5);
@@ -58,26 +54,9 @@ void expect_equal_shares(int64_t n, int world, uint64_t seed) {
     out.put("other", others);
   });
   if (!judge::judging()) return;
-  const auto counts = got.get<std::vector<int64_t>>("num_partitions");
-  const auto parts = got.get<std::vector<PartView>>("parts");
-  ASSERT_TRUE(got.ok());
   std::vector<std::vector<int64_t>> per_rank;
-  for (size_t r = 0; r < counts.size(); ++r) {
-    ASSERT_EQ(counts[r], world);
-    ASSERT_LT(r, parts.size());
-    const PartView& part = parts[r];
-    ASSERT_EQ(part.size, static_cast<int64_t>(part.index.size()));
-    ASSERT_EQ(part.values.size(), part.index.size());
-    for (int64_t i = 0; i < part.size; ++i)
-      ASSERT_EQ(part.values[static_cast<size_t>(i)], kIndexBase + part.index[static_cast<size_t>(i)])
-          << "Partition::get(" << i << ") must return data[index[" << i << "]]";
-    per_rank.push_back(part.values);
-  }
-  ASSERT_EQ(per_rank.size(), static_cast<size_t>(world));
-  EXPECT_EQ(partition_test::check_disjoint(per_rank, n, n / world, kIndexBase), "");
-  std::set<int64_t> all;
-  for (const auto& v : per_rank) all.insert(v.begin(), v.end());
-  EXPECT_EQ(static_cast<int64_t>(all.size()), world * (n / world)) << "the union of the partitions";
+  expect_rank_views(got, world, n, kIndexBase, &per_rank);
+  if (::testing::Test::HasFatalFailure()) return;
 
   // Another rank's partitioner, built from another copy of the data: the same cut.
   const auto other = got.get<std::vector<std::vector<int64_t>>>("other");
@@ -94,29 +73,12 @@ TEST(HiddenDataPartitioner, WorldSize5Of57Seed2024) { expect_equal_shares(57, 5,
 
 TEST(HiddenDataPartitioner, OrderDependsOnTheSeed) {
   const int64_t n = 61;
-  const std::vector<double> sizes(3, 1.0 / 3);
-  const judge::Record got = judge::subject([&](judge::Record& out) {
-    auto order = [&](uint64_t seed) {
-      kit::DataPartitioner p(fake(n), sizes, seed);
-      std::vector<int64_t> all;
-      for (int64_t k = 0; k < p.num_partitions(); ++k) {
-        const auto v = values_of(p.use(k));
-        all.insert(all.end(), v.begin(), v.end());
-      }
-      return all;
-    };
-    out.put("7", order(7));
-    out.put("2024", order(2024));
-    out.put("7 again", order(7));
-  });
+  const judge::Record got = judge::subject(
+      [&](judge::Record& out) { record_seeded_orders(out, fake(n), std::vector<double>(3, 1.0 / 3), 7, 2024); });
   if (!judge::judging()) return;
-  const auto a = got.get<std::vector<int64_t>>("7"), b = got.get<std::vector<int64_t>>("2024");
-  ASSERT_TRUE(got.ok());
-  EXPECT_NE(a, b) << "seeds 7 and 2024 gave the same order: the seed must drive the shuffle";
-  EXPECT_EQ(got.get<std::vector<int64_t>>("7 again"), a) << "the same seed must give the same order";
   std::vector<int64_t> unshuffled;
   for (int64_t i = 0; i < 3 * (n / 3); ++i) unshuffled.push_back(kIndexBase + i);
-  EXPECT_NE(a, unshuffled) << "the positions are not shuffled";
+  expect_seeded_orders(got, 7, 2024, unshuffled);
 }
 
 TEST(HiddenDataPartitioner, UnequalSizesCutFloorOfEachShare) {
@@ -176,3 +138,4 @@ TEST(HiddenPartitionDataset, WorldSize4Of103Batch12) { expect_rank_loaders(103, 
 TEST(HiddenPartitionDataset, WorldSize5Of57Batch10) { expect_rank_loaders(57, 5, 10); }
 
 }  // namespace
+}  // namespace partition_test
