@@ -95,6 +95,18 @@ def write_summary(out, summary, markdown):
     print(f"wrote {os.path.join(out, 'summary.json')} and summary.md")
 
 
+def measure_or_redraw(args, measure, markdown, draw):
+    """Every benchmark's main after its checks of the arguments: with --redraw only the figures,
+    from OUT/summary.json (gnuplot_png.draw_figures); otherwise OUT is made, measure() gives the
+    summary, write_summary writes it with its table, and the figures are drawn from it."""
+    from gnuplot_png import draw_figures  # the figures' module, only where figures are drawn
+    if args.redraw:
+        return draw_figures(args, draw)
+    os.makedirs(args.out, exist_ok=True)
+    write_summary(args.out, measure(), markdown)
+    draw_figures(args, draw)
+
+
 def command_line(argv):
     """The command that ran the benchmark, for its summary's settings."""
     return shlex.join([sys.argv[0]] + (argv if argv is not None else sys.argv[1:]))

@@ -24,7 +24,6 @@ The ratios are taken in this one run; runs/gpu/summary.json and summary.md hold 
 """
 import argparse
 import json
-import math
 import os
 import subprocess
 import sys

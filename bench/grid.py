@@ -175,7 +175,7 @@ def plan_chunks(args, grids):
 
 def unfit(preset, grid, model, vocab_size):
     """Why the grid cannot split the model (n_layer, n_head, n_embd: the reference run's), or None."""
-    (d, p, t), (n_layer, n_head, n_embd) = grid, model
+    (_, p, t), (n_layer, n_head, n_embd) = grid, model
     if p > n_layer:
         return f"p = {p} stages but {preset} has {n_layer} blocks, at least one per stage (--n-layer {p} fits it)"
     bad = [f"{what} ({n})" for what, n in (("heads", n_head), ("width", n_embd), ("--vocab-size", vocab_size)) if n % t]

@@ -111,7 +111,7 @@ import bench_process
 
 from bench_process import (checks_lines, command_line, kendall_tau, last_json_line, ranks, run, spearman, table_head,
                            write_summary)
-from gnuplot_png import draw_figures, figure_options, inline, legend, quote, rgb, summary_figures, tics
+from gnuplot_png import draw_figures, figure_options, inline, quote, summary_figures, tics
 
 TARGETS = "plan bench run_collectives profile_layers"  # what the script needs built
 SPEARMAN_GOAL = 0.935  # AMP's own, on its homogeneous cluster (or the sweep's noise ceiling, if lower)

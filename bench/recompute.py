@@ -45,8 +45,8 @@ import os
 import sys
 
 from bench_process import (argument_parser, checks_lines, command_line, common_options, rel_diff, run_ranks,
-                           table_head, write_summary)
-from gnuplot_png import BAR_STYLE, draw_figures, figure_options, inline, legend, quote, rgb, summary_figures, tics
+                           table_head, measure_or_redraw)
+from gnuplot_png import BAR_STYLE, figure_options, inline, legend, quote, rgb, summary_figures, tics
 
 TARGETS = "train_parallel"  # what the runs need built
 SCHEDULES = [("gpipe", "GPipe", 1), ("1f1b", "1F1B", 1), ("interleaved", "interleaved 1F1B (v = 2)", 2)]
@@ -237,20 +237,18 @@ draw = summary_figures("bench/recompute.py", [("recompute.png", recompute_figure
 
 def main(argv=None):
     args = parse_args(argv)
-    if args.redraw:
-        return draw_figures(args, draw)
-    os.makedirs(args.out, exist_ok=True)
-    schedules = [measure(args, kind, name, v) for kind, name, v in SCHEDULES]
-    summary = {"settings": {"preset": args.preset, "n_layer": schedules[0]["plain"]["n_layer"],
-                            "batch_size": args.batch_size, "seq_len": args.seq_len, "vocab_size": args.vocab_size,
-                            "microbatches": args.chunks, "stages": args.stages, "threads": args.threads,
-                            "steps": args.steps, "warmup": args.warmup, "cores": os.cpu_count(),
-                            "command": command_line(argv)},
-               "schedules": schedules, "paper_step_ratio": PAPER_RATIO, "kept_goal": KEPT_GOAL}
-    summary["checks"] = checks(summary)
-    write_summary(args.out, summary, markdown)
-    draw_figures(args, draw)
 
+    def measure_all():
+        schedules = [measure(args, kind, name, v) for kind, name, v in SCHEDULES]
+        summary = {"settings": {"preset": args.preset, "n_layer": schedules[0]["plain"]["n_layer"],
+                                "batch_size": args.batch_size, "seq_len": args.seq_len, "vocab_size": args.vocab_size,
+                                "microbatches": args.chunks, "stages": args.stages, "threads": args.threads,
+                                "steps": args.steps, "warmup": args.warmup, "cores": os.cpu_count(),
+                                "command": command_line(argv)},
+                   "schedules": schedules, "paper_step_ratio": PAPER_RATIO, "kept_goal": KEPT_GOAL}
+        summary["checks"] = checks(summary)
+        return summary
+    measure_or_redraw(args, measure_all, markdown, draw)
 
 if __name__ == "__main__":
     main()

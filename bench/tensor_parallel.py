@@ -31,8 +31,8 @@ import os
 import sys
 
 from bench_process import (argument_parser, command_line, common_options, last_json_line, run, run_ranks, table_head,
-                           write_summary)
-from gnuplot_png import BAR_STYLE, Summary, bar_panel, draw_figures, figure_options, quote, render_png
+                           measure_or_redraw)
+from gnuplot_png import BAR_STYLE, Summary, bar_panel, figure_options, quote, render_png
 
 TARGETS = "train_parallel bench"  # what the runs need built
 FIGURE = "tp_throughput_communication.png"
@@ -173,17 +173,11 @@ def draw(runs_dir, figures_dir):
 
 def main(argv=None):
     args = parse_args(argv)
-    if args.redraw:
-        return draw_figures(args, draw)
-    os.makedirs(args.out, exist_ok=True)
-    summary = {"settings": {"batch_size": args.batch_size, "seq_len": args.seq_len, "threads": args.threads,
-                            "steps": args.steps, "warmup": args.warmup, "tensor_parallel": T,
-                            "vocab_size": args.vocab_size, "cores": os.cpu_count(),
-                            "command": command_line(argv)},
-               "presets": [measure(args, p) for p in args.presets]}
-    write_summary(args.out, summary, markdown)
-    draw_figures(args, draw)
-
+    measure_or_redraw(args, lambda: {
+        "settings": {"batch_size": args.batch_size, "seq_len": args.seq_len, "threads": args.threads,
+                     "steps": args.steps, "warmup": args.warmup, "tensor_parallel": T,
+                     "vocab_size": args.vocab_size, "cores": os.cpu_count(), "command": command_line(argv)},
+        "presets": [measure(args, p) for p in args.presets]}, markdown, draw)
 
 if __name__ == "__main__":
     main()

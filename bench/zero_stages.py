@@ -46,8 +46,8 @@ Python 3 standard library only.
 import os
 
 from bench_process import (argument_parser, command_line, common_options, rel_diff, table_head,
-                           write_summary)
-from gnuplot_png import BAR_STYLE, draw_figures, figure_options, inline, quote, summary_figures, tics
+                           measure_or_redraw)
+from gnuplot_png import BAR_STYLE, figure_options, inline, quote, summary_figures, tics
 from zero import data_parallel_ranks, preset_options, preset_settings
 
 TARGETS = "train_parallel"  # what the runs need built
@@ -341,7 +341,7 @@ def stages_figure(s):
                    "set key top right vertical maxrows 5 samplen 2.5 font \",9\" opaque box\n"
                    f"plot {plot}\n" + "".join(inline(rows) for *_, rows in used) * 2)
         # Panel 2: peak tensor bytes; panel 3: step time.
-        script += line_panel(used, f"($1+{{shift}})", 4, 1.5,
+        script += line_panel(used, "($1+{shift})", 4, 1.5,
                              f"{name}: peak tensor bytes per rank during a step, counted\n"
                              f"(activations and transients too), {settings}",
                              "MiB per rank (peak)", top_peak, "bottom left", shift)
@@ -358,17 +358,15 @@ draw = summary_figures("bench/zero_stages.py", [("zero_stages.png", stages_figur
 
 def main(argv=None):
     args = parse_args(argv)
-    if args.redraw:
-        return draw_figures(args, draw)
-    os.makedirs(args.out, exist_ok=True)
-    summary = {"settings": {"world_sizes": args.world_sizes, "threads": args.threads, "backend": args.backend,
-                            "precision": args.precision,
-                            "vocab_size": args.vocab_size, "cores": os.cpu_count(), "command": command_line(argv)},
-               "presets": [measure(args, p) for p in args.presets]}
-    summary["checks"] = checks(summary)
-    write_summary(args.out, summary, markdown)
-    draw_figures(args, draw)
 
+    def measure_all():
+        summary = {"settings": {"world_sizes": args.world_sizes, "threads": args.threads, "backend": args.backend,
+                                "precision": args.precision, "vocab_size": args.vocab_size, "cores": os.cpu_count(),
+                                "command": command_line(argv)},
+                   "presets": [measure(args, p) for p in args.presets]}
+        summary["checks"] = checks(summary)
+        return summary
+    measure_or_redraw(args, measure_all, markdown, draw)
 
 if __name__ == "__main__":
     main()

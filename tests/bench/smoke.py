@@ -41,6 +41,13 @@ def png(path: Path):
     check(path.is_file() and path.read_bytes()[:8] == PNG, f"{path} is not a PNG")
 
 
+def redrawn(script: str, out: Path, figure: str):
+    """--redraw draws `figure` again from out/summary.json alone (the figure removed first)."""
+    (out / "figures" / figure).unlink()
+    run(sys.executable, script, "--redraw", "--out", out)
+    png(out / "figures" / figure)
+
+
 def all_pass(checks, count=None):
     if count is not None:
         check(len(checks) == count, f"{len(checks)} checks, not {count}: {checks}")
@@ -62,6 +69,7 @@ def tensor_parallel(build: Path, out: Path):
     run(sys.executable, "bench/tensor_parallel.py", "--build", build, "--presets", "tiny", "--batch-size", 4,
         "--seq-len", 16, "--vocab-size", 64, "--steps", 1, "--warmup", 1, "--out", out)
     png(out / "figures/tp_throughput_communication.png")
+    redrawn("bench/tensor_parallel.py", out, "tp_throughput_communication.png")
 
 
 def zero(build: Path, out: Path):
@@ -87,6 +95,7 @@ def zero_stages(build: Path, out: Path):
     all_pass(s["checks"], 6)
     png(out / "figures/zero_stages.png")
     nonempty(out / "summary.md")
+    redrawn("bench/zero_stages.py", out, "zero_stages.png")
     # bf16: the ZeRO stages in mixed precision, counted against 2 + 2 + 12 bytes per parameter
     bf16 = out / "bf16"
     run(sys.executable, "bench/zero_stages.py", "--build", build, "--presets", "tiny", "--world-sizes", 2,
@@ -111,6 +120,7 @@ def recompute(build: Path, out: Path):
     check(all(x["step_ratio"] > 0 for x in s["schedules"]), "a step-time ratio is not positive")
     png(out / "figures/recompute.png")
     nonempty(out / "summary.md")
+    redrawn("bench/recompute.py", out, "recompute.png")
 
 
 def grid(build: Path, out: Path):
