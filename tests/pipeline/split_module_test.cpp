@@ -10,13 +10,8 @@
 #include "pipeline/partition.h"
 #include "pipeline_test_util.h"
 
-namespace kit {
+namespace kit::test {  // its helpers (pipeline_test_util.h) without a using list
 namespace {
-
-using test::read_partitions;
-using test::record_partitions;
-using test::SplitResult;
-using test::stage;
 
 // split_module(seq) in the subject, its partitions as data in the judge; `layers` are the
 // layers the test built, in their order (a child is named by its index in them).
@@ -121,4 +116,4 @@ TEST(SplitModule, RejectsAnUnpinnedCpuLayer) {
 }
 
 }  // namespace
-}  // namespace kit
+}  // namespace kit::test

@@ -24,28 +24,13 @@
 #include "zero/fsdp.h"
 #include "zero_test_util.h"
 
+// Inside zero_test, so its helpers (zero_test_util.h) need no using list; a name declared
+// again in this file's anonymous namespace would hide one, so this file declares none of theirs.
+namespace zero_test {
 namespace {
-namespace zero = kit::zero;
 namespace dist = kit::dist;
 namespace judge = kit::judge;
 using kit_test::RankRun;
-// Declarations, not `using namespace`: in a unity batch a name another file declares would
-// otherwise silently hide one of these instead of failing to compile.
-using zero_test::kSeqLen;
-using zero_test::kVocab;
-using zero_test::kSteps;
-using zero_test::options;
-using zero_test::tiny_model;
-using zero_test::parameter_count;
-using zero_test::Batch;
-using zero_test::batch;
-using zero_test::share;
-using zero_test::loss_of;
-using zero_test::reference_parameters;
-using zero_test::expect_parameters_close;
-using zero_test::judge_ranks_for;
-using zero_test::put_parameters;
-using zero_test::unit_numels;
 
 // Rank r's FSDP training step on its share of step k's batch.
 torch::Tensor fsdp_step(zero::Fsdp& f, int64_t k, const dist::Group& group) {
@@ -314,7 +299,6 @@ void judge_unit_freed(const RankRun& run, int n) {
 
 }  // namespace
 
-namespace zero_test {
 void expect_fsdp_matches_adamw_for(const std::vector<int>& sizes, int64_t n_layer, const std::string& what,
                                    double timeout_s) {
   judge_ranks_for(
@@ -328,7 +312,6 @@ void expect_fsdp_matches_adamw_for(const std::vector<int>& sizes, int64_t n_laye
       },
       {{"KIT_TEST_N_LAYER", std::to_string(n_layer)}});
 }
-}  // namespace zero_test
 
 TEST(Fsdp, MatchesAdamWOnTheWholeBatchAndSendsThreePassesOfTheShards) {
   zero_test::expect_fsdp_matches_adamw_for({2, 3, 4}, 2, "FSDP", 120);
@@ -365,3 +348,5 @@ TEST(Fsdp, UnsupportedModelIsAClearError) {
   kit_test::expect_error_naming([&] { zero::Fsdp(m, dist::Group(), options(1)); }, {"Fsdp knows", "kit::GPT2"},
                                  "FSDP of a model with a parameter outside its units");
 }
+
+}  // namespace zero_test

@@ -30,24 +30,13 @@
 #include "zero/zero.h"
 #include "zero_test_util.h"
 
+// Inside zero_test, so its helpers (zero_test_util.h) need no using list; a name declared
+// again in this file's anonymous namespace would hide one, so this file declares none of theirs.
+namespace zero_test {
 namespace {
-namespace zero = kit::zero;
 namespace dist = kit::dist;
 namespace judge = kit::judge;
 using kit_test::RankRun;
-// Declarations, not `using namespace`: in a unity batch a name another file declares would
-// otherwise silently hide one of these instead of failing to compile.
-using zero_test::kSteps;
-using zero_test::options;
-using zero_test::tiny_model;
-using zero_test::parameter_count;
-using zero_test::batch;
-using zero_test::share;
-using zero_test::loss_of;
-using zero_test::reference_parameters;
-using zero_test::expect_parameters_close;
-using zero_test::judge_ranks_for;
-using zero_test::put_parameters;
 
 // Rank r's ZeRO training step on its share (the optimizer averages the gradients).
 void zero_step(kit::GPT2& model, zero::ZeroAdamW& opt, int64_t k, const dist::Group& group) {
@@ -660,3 +649,5 @@ TEST(Zero, StageThreeIsAClearError) {
   kit_test::expect_error_naming([&] { zero::ZeroAdamW(params, dist::Group(), o); }, {"stage 3", "use 1"},
                                  "ZeRO stage 3");
 }
+
+}  // namespace zero_test

@@ -12,13 +12,8 @@
 #include "pipeline/partition.h"
 #include "pipeline/pipeline_test_util.h"
 
-namespace kit {
+namespace kit::test {  // its helpers (pipeline_test_util.h) without a using list
 namespace {
-
-using test::read_partitions;
-using test::record_partitions;
-using test::SplitResult;
-using test::stage;
 
 // Builds a Sequential with one layer per entry of `layout` (its stage; a Tanh where
 // `tanh_at` says so, else a Linear), splits it, and checks the partitions against the runs
@@ -74,4 +69,4 @@ TEST(HiddenSplitModule, PinnedParameterFreeLayersStartAndEndRuns) {
 }
 
 }  // namespace
-}  // namespace kit
+}  // namespace kit::test
