@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "process_harness.h"
+#include "app/run.h"
 #include "judge/judge.h"
 #include "judge/run_result.h"
 #include "judge/tensor.h"
@@ -91,20 +92,10 @@ inline kit::GPT2 reference_model(int64_t n_layer) {
   return kit::build_model(cfg, kVocab, kSeqLen, kSeed);
 }
 
-// The program's synthetic batches: manual_seed(seed + 1000), then per step
-// randint(vocab, {batch, seq_len + 1}); input = [:, :-1], labels = [:, 1:], mask = 1.
-struct TokenBatch {
-  torch::Tensor idx, labels, mask;
-};
-inline std::vector<TokenBatch> reference_batches() {
-  torch::manual_seed(kSeed + 1000);
-  std::vector<TokenBatch> out;
-  for (int64_t k = 0; k < kSteps; ++k) {
-    auto t = torch::randint(kVocab, {kBatch, kSeqLen + 1}, torch::kInt64);
-    out.push_back({t.narrow(1, 0, kSeqLen).contiguous(), t.narrow(1, 1, kSeqLen).contiguous(),
-                   torch::ones({kBatch, kSeqLen})});
-  }
-  return out;
+// The program's synthetic batches (kit::synthetic_batches, given code: app/run.h), as
+// train_parallel makes them from --seed.
+inline std::vector<kit::TokenBatch> reference_batches() {
+  return kit::synthetic_batches(kSteps, kBatch, kSeqLen, kVocab, kSeed);
 }
 
 // One process, the whole model, the whole batch: the losses of every step, the gradients

@@ -51,9 +51,53 @@
 #include "reference_schedules.h"
 #include "run_test_util.h"
 
+// What the subject parts record, as data (judge::Fields): one block's run, one stage's run,
+// the given recompute counters of a stage's forward and backward.
+namespace rc_test {
+struct BlockRun {
+  torch::Tensor out, x_grad, after;  // after: random numbers drawn after the backward
+  std::map<std::string, torch::Tensor> grads;
+};
+struct StageRun {
+  double loss = 0;
+  std::map<std::string, torch::Tensor> grads;
+};
+struct BlockCounts {
+  int64_t blocks = 0, after_forward = 0, forwards = 0, recomputed = 0;  // after_forward: block forwards then
+};
+}  // namespace rc_test
+
+namespace kit::judge {
+template <>
+struct Codec<rc_test::BlockRun> : Fields<rc_test::BlockRun> {
+  static auto fields() {
+    using R = rc_test::BlockRun;
+    return std::make_tuple(field("out", &R::out), field("x_grad", &R::x_grad), field("after", &R::after),
+                           field("grads", &R::grads));
+  }
+};
+template <>
+struct Codec<rc_test::StageRun> : Fields<rc_test::StageRun> {
+  static auto fields() {
+    return std::make_tuple(field("loss", &rc_test::StageRun::loss), field("grads", &rc_test::StageRun::grads));
+  }
+};
+template <>
+struct Codec<rc_test::BlockCounts> : Fields<rc_test::BlockCounts> {
+  static auto fields() {
+    using K = rc_test::BlockCounts;
+    return std::make_tuple(field("blocks", &K::blocks), field("after_forward", &K::after_forward),
+                           field("forwards", &K::forwards), field("recomputed", &K::recomputed));
+  }
+};
+}  // namespace kit::judge
+
 namespace {
 using kit::pp::MicroBatch;
 using kit::pp::StageModule;
+using rc_test::BlockCounts;
+using rc_test::BlockRun;
+using rc_test::StageRun;
 namespace judge = kit::judge;
 
 constexpr int64_t kRcBatch = 2, kRcSeqLen = 16, kRcVocab = 64;
@@ -115,10 +159,6 @@ void expect_same_grads(const std::map<std::string, torch::Tensor>& got, const st
 // One block (dropout inside), a fixed weighting of its output as the loss. Between the forward
 // and the backward something else draws random numbers (another micro-batch's forward), and
 // after the backward the test draws some more: those must be what they are without recompute.
-struct BlockRun {
-  torch::Tensor out, x_grad, after;
-  std::map<std::string, torch::Tensor> grads;
-};
 BlockRun run_one_block(bool with_recompute) {
   kit::GPT2 full = rc_model(1);
   kit::Block block(full->h->ptr<kit::BlockImpl>(0));
@@ -144,20 +184,12 @@ BlockRun run_one_block(bool with_recompute) {
 TEST(Recompute, OneBlockGradientsEqualWithDropout) {
   const judge::Record got = judge::subject(
       [&](judge::Record& out) {
-        const BlockRun r = run_one_block(true);
-        out.put("out", r.out);
-        out.put("x_grad", r.x_grad);
-        out.put("after", r.after);
-        out.put("grads", r.grads);
+        out.put("run", run_one_block(true));
       },
       "recompute of one block");
   if (!judge::judging()) return;
   const BlockRun plain = run_one_block(false);
-  BlockRun rec;
-  rec.out = got.get<torch::Tensor>("out");
-  rec.x_grad = got.get<torch::Tensor>("x_grad");
-  rec.after = got.get<torch::Tensor>("after");
-  rec.grads = got.get<std::map<std::string, torch::Tensor>>("grads");
+  const BlockRun rec = got.get<BlockRun>("run");
   ASSERT_TRUE(rec.out.defined() && rec.after.defined()) << "recompute(block, x) returned no tensor";
   ASSERT_EQ(rec.out.sizes(), plain.out.sizes());
   EXPECT_LE((rec.out - plain.out).abs().max().item<double>(), 1e-12)
@@ -209,10 +241,6 @@ TEST(Recompute, TwoBackwardsThroughAKeptGraphGiveTheSameGradients) {
 }
 
 // A whole one-stage model (stage 0 of 1: ids -> logits -> loss), two blocks.
-struct StageRun {
-  double loss = 0;
-  std::map<std::string, torch::Tensor> grads;
-};
 StageRun run_whole_stage(bool with_recompute) {
   const kit::GPT2 full = rc_model(2);
   StageModule stage = rc_stage(full, 0, 1, with_recompute);
@@ -226,14 +254,12 @@ StageRun run_whole_stage(bool with_recompute) {
 TEST(Recompute, StageLossAndGradientsEqualWithDropout) {
   const judge::Record got = judge::subject(
       [&](judge::Record& out) {
-        const StageRun r = run_whole_stage(true);
-        out.put("loss", r.loss);
-        out.put("grads", r.grads);
+        out.put("run", run_whole_stage(true));
       },
       "a whole stage with recomputation");
   if (!judge::judging()) return;
   const StageRun plain = run_whole_stage(false);
-  const StageRun rec{got.get<double>("loss"), got.get<std::map<std::string, torch::Tensor>>("grads")};
+  const StageRun rec = got.get<StageRun>("run");
   EXPECT_NEAR(rec.loss, plain.loss, 1e-12) << "the stage's loss changed with recomputation on";
   expect_same_grads(rec.grads, plain.grads, "a whole stage");
 }
@@ -282,9 +308,6 @@ TEST(Recompute, StageKeepsOnlyBlockInputs) {
 }
 
 // The given counters: each block's forward runs twice with recomputation, once without.
-struct BlockCounts {
-  int64_t blocks = 0, after_forward = 0, forwards = 0, recomputed = 0;  // after_forward: block forwards then
-};
 BlockCounts count_block_forwards(const kit::GPT2& full, const MicroBatch& mb, bool with_recompute) {
   StageModule stage = rc_stage(full, 0, 1, with_recompute);
   BlockCounts k;
@@ -305,18 +328,12 @@ TEST(Recompute, EachBlockRunsTwiceWithRecomputeOnceWithout) {
   // With recomputation (student code) in the subject, which records the given counters.
   const judge::Record got = judge::subject(
       [&](judge::Record& out) {
-        const BlockCounts k = count_block_forwards(full, mb, true);
-        out.put("blocks", k.blocks);
-        out.put("after_forward", k.after_forward);
-        out.put("forwards", k.forwards);
-        out.put("recomputed", k.recomputed);
+        out.put("counts", count_block_forwards(full, mb, true));
       },
       "a stage's forward and backward with recomputation");
   if (!judge::judging()) return;
   for (const bool with_recompute : {false, true}) {
-    const BlockCounts k = with_recompute ? BlockCounts{got.get<int64_t>("blocks"), got.get<int64_t>("after_forward"),
-                                                       got.get<int64_t>("forwards"), got.get<int64_t>("recomputed")}
-                                         : count_block_forwards(full, mb, false);
+    const BlockCounts k = with_recompute ? got.get<BlockCounts>("counts") : count_block_forwards(full, mb, false);
     const int64_t n = rc_stage(full, 0, 1, false)->num_blocks();  // the stage's blocks (given code)
     const kit::pp::RecomputeCounters c{k.forwards, k.recomputed};
     SCOPED_TRACE(with_recompute ? "with recomputation" : "without recomputation");
