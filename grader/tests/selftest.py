@@ -19,6 +19,9 @@ starter:  the stubs and no figures must score 0 (and build, and finish without a
                                       must still score full marks),
                "base": "starter" (optional: the edits apply to the starter's stubs instead of the
                                   solution, and the figures are left out),
+               "stub_files": ["pipeline_training/step.cpp", ...] (optional: these student files
+                             are the starter's stubs, the others the solution: a submission that
+                             leaves one problem undone must keep the other problems' points),
                "in_ci": true (optional: in the tier scripts/test.sh runs; the others run with
                               scripts/test.sh --full, tests/CMakeLists.txt)}
           The submission is the solution files with those edits (each "replace" text must occur
@@ -56,7 +59,7 @@ def tiny_png(w=4, h=3):
             + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
 
 
-def make_submission(dst: Path, rubric, with_solution: bool, edits=(), base="solution"):
+def make_submission(dst: Path, rubric, with_solution: bool, edits=(), base="solution", stub_files=()):
     if base == "starter":
         for f in rubric["student_files"]:
             (dst / f).parent.mkdir(parents=True, exist_ok=True)
@@ -70,6 +73,10 @@ def make_submission(dst: Path, rubric, with_solution: bool, edits=(), base="solu
         for it in rubric["items"]:
             for name in it.get("figures", []):
                 (figs / name).write_bytes(tiny_png())
+    for f in stub_files:
+        if f not in rubric["student_files"]:
+            raise SystemExit(f"stub_files: {f} is not one of the rubric's student files {rubric['student_files']}")
+        shutil.copy(KIT / "starter" / f, dst / f)
     for e in edits:
         path = dst / e["file"]
         text = path.read_text()
@@ -134,7 +141,8 @@ def main(argv=None):
     with tempfile.TemporaryDirectory(prefix="grader-selftest-") as tmp:
         sub = Path(tmp) / "submission"
         sub.mkdir()
-        make_submission(sub, rubric, args.name != "starter", edits, spec.get("base", "solution"))
+        make_submission(sub, rubric, args.name != "starter", edits, spec.get("base", "solution"),
+                        spec.get("stub_files", []))
         out, written = grade_once(sub, work, args.jobs, items, spec.get("test_timeout"), args.assignment,
                                   spec.get("grade_args", []), args.prebuilt)
     results = json.loads(written)
