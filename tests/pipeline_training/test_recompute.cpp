@@ -36,7 +36,9 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "judge/judge.h"
@@ -156,6 +158,15 @@ void expect_same_grads(const std::map<std::string, torch::Tensor>& got, const st
   }
 }
 
+// The run with recomputation (student code) in the subject, recorded as data; the same run
+// without (given code) in the judge. Both, {recomputed, plain}, in the judge; nothing in the subject.
+template <typename Run>
+auto recomputed_and_plain(const Run& run, const std::string& what) {
+  using R = decltype(run(true));
+  const judge::Record got = judge::subject([&](judge::Record& out) { out.put("run", run(true)); }, what);
+  return judge::judging() ? std::optional<std::pair<R, R>>({got.get<R>("run"), run(false)}) : std::nullopt;
+}
+
 // One block (dropout inside), a fixed weighting of its output as the loss. Between the forward
 // and the backward something else draws random numbers (another micro-batch's forward), and
 // after the backward the test draws some more: those must be what they are without recompute.
@@ -182,14 +193,9 @@ BlockRun run_one_block(bool with_recompute) {
 }
 
 TEST(Recompute, OneBlockGradientsEqualWithDropout) {
-  const judge::Record got = judge::subject(
-      [&](judge::Record& out) {
-        out.put("run", run_one_block(true));
-      },
-      "recompute of one block");
-  if (!judge::judging()) return;
-  const BlockRun plain = run_one_block(false);
-  const BlockRun rec = got.get<BlockRun>("run");
+  const auto both = recomputed_and_plain(run_one_block, "recompute of one block");
+  if (!both) return;
+  const auto& [rec, plain] = *both;
   ASSERT_TRUE(rec.out.defined() && rec.after.defined()) << "recompute(block, x) returned no tensor";
   ASSERT_EQ(rec.out.sizes(), plain.out.sizes());
   EXPECT_LE((rec.out - plain.out).abs().max().item<double>(), 1e-12)
@@ -252,14 +258,9 @@ StageRun run_whole_stage(bool with_recompute) {
 }
 
 TEST(Recompute, StageLossAndGradientsEqualWithDropout) {
-  const judge::Record got = judge::subject(
-      [&](judge::Record& out) {
-        out.put("run", run_whole_stage(true));
-      },
-      "a whole stage with recomputation");
-  if (!judge::judging()) return;
-  const StageRun plain = run_whole_stage(false);
-  const StageRun rec = got.get<StageRun>("run");
+  const auto both = recomputed_and_plain(run_whole_stage, "a whole stage with recomputation");
+  if (!both) return;
+  const auto& [rec, plain] = *both;
   EXPECT_NEAR(rec.loss, plain.loss, 1e-12) << "the stage's loss changed with recomputation on";
   expect_same_grads(rec.grads, plain.grads, "a whole stage");
 }
@@ -326,14 +327,11 @@ TEST(Recompute, EachBlockRunsTwiceWithRecomputeOnceWithout) {
   const kit::GPT2 full = rc_model(2);
   const MicroBatch mb = rc_microbatch();
   // With recomputation (student code) in the subject, which records the given counters.
-  const judge::Record got = judge::subject(
-      [&](judge::Record& out) {
-        out.put("counts", count_block_forwards(full, mb, true));
-      },
-      "a stage's forward and backward with recomputation");
-  if (!judge::judging()) return;
+  const auto both = recomputed_and_plain([&](bool r) { return count_block_forwards(full, mb, r); },
+                                         "a stage's forward and backward with recomputation");
+  if (!both) return;
   for (const bool with_recompute : {false, true}) {
-    const BlockCounts k = with_recompute ? got.get<BlockCounts>("counts") : count_block_forwards(full, mb, false);
+    const BlockCounts k = with_recompute ? both->first : both->second;
     const int64_t n = rc_stage(full, 0, 1, false)->num_blocks();  // the stage's blocks (given code)
     const kit::pp::RecomputeCounters c{k.forwards, k.recomputed};
     SCOPED_TRACE(with_recompute ? "with recomputation" : "without recomputation");
