@@ -353,6 +353,19 @@ struct OneFOneBRun {
   std::vector<double> losses;
   std::map<std::string, torch::Tensor> grads;
 };
+// `steps` batches of `rows` sequences, each split into m micro-batches: the same on every rank
+// and in the judge's one-process run (manual_seed first).
+std::vector<std::vector<MicroBatch>> rc_batches(int64_t steps, int64_t rows, int64_t m) {
+  torch::manual_seed(kRcSeed + 10);
+  std::vector<std::vector<MicroBatch>> batches;
+  for (int64_t k = 0; k < steps; ++k) {
+    const torch::Tensor t = torch::randint(kRcVocab, {rows, kRcSeqLen + 1}, torch::kInt64);
+    batches.push_back(kit::pp::split_batch(t.narrow(1, 0, kRcSeqLen).contiguous(), t.narrow(1, 1, kRcSeqLen).contiguous(),
+                                           torch::ones({rows, kRcSeqLen}, torch::kFloat64), m));
+  }
+  return batches;
+}
+
 OneFOneBRun run_two_stage_1f1b(const kit::dist::Group& group, bool with_recompute) {
   const int64_t p = group.size(), rank = group.rank(), m = 4, rows = 8, steps = 3;
   const kit::pp::PipelineShape shape{p, m, 1};
@@ -363,13 +376,7 @@ OneFOneBRun run_two_stage_1f1b(const kit::dist::Group& group, bool with_recomput
   torch::optim::AdamW opt(stage->parameters(), torch::optim::AdamWOptions(1e-3).weight_decay(0.0));
   kit::pp::P2P p2p(shape, rank, torch::TensorOptions().dtype(torch::kFloat64));
   const std::vector<kit::pp::Action> schedule = pp_test::ref_all_1f1b(p, m)[static_cast<size_t>(rank)];
-  torch::manual_seed(kRcSeed + 10);  // the same batches on every rank
-  std::vector<std::vector<MicroBatch>> batches;
-  for (int64_t k = 0; k < steps; ++k) {
-    const torch::Tensor t = torch::randint(kRcVocab, {rows, kRcSeqLen + 1}, torch::kInt64);
-    batches.push_back(kit::pp::split_batch(t.narrow(1, 0, kRcSeqLen).contiguous(), t.narrow(1, 1, kRcSeqLen).contiguous(),
-                                           torch::ones({rows, kRcSeqLen}, torch::kFloat64), m));
-  }
+  const std::vector<std::vector<MicroBatch>> batches = rc_batches(steps, rows, m);  // the same on every rank
   torch::manual_seed(kRcSeed + 20 + static_cast<uint64_t>(rank));  // dropout: this rank's own
   OneFOneBRun run;
   for (int64_t k = 0; k < steps; ++k) {
@@ -435,13 +442,7 @@ std::vector<OneFOneBRun> one_process_1f1b(int64_t p) {
                                                   torch::optim::AdamWOptions(1e-3).weight_decay(0.0));
     k.schedule = pp_test::ref_all_1f1b(p, m)[static_cast<size_t>(r)];
   }
-  torch::manual_seed(kRcSeed + 10);  // the same batches on every rank
-  std::vector<std::vector<MicroBatch>> batches;
-  for (int64_t k = 0; k < steps; ++k) {
-    const torch::Tensor t = torch::randint(kRcVocab, {rows, kRcSeqLen + 1}, torch::kInt64);
-    batches.push_back(kit::pp::split_batch(t.narrow(1, 0, kRcSeqLen).contiguous(), t.narrow(1, 1, kRcSeqLen).contiguous(),
-                                           torch::ones({rows, kRcSeqLen}, torch::kFloat64), m));
-  }
+  const std::vector<std::vector<MicroBatch>> batches = rc_batches(steps, rows, m);  // the same on every rank
   at::Generator gen = at::globalContext().defaultGenerator(torch::kCPU);
   const auto get_state = [&] {
     std::lock_guard<std::mutex> lock(gen.mutex());
