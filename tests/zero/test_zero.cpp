@@ -538,6 +538,20 @@ void judge_gradient_storage(const RankRun& run, int n, int stage) {
   }
 }
 
+// judge_ranks_for on 2 and 3 ranks once per ZeRO stage of `stages`, in that order, the
+// stage passed to the ranks' role as KIT_TEST_ZERO_STAGE and to check(run, n, stage); the
+// first stage that fails ends the case.
+template <typename Judge>
+void judge_stages_on_2_and_3_ranks(std::initializer_list<int> stages, const std::string& role,
+                                   const std::string& what, double timeout_s, const Judge& check) {
+  for (const int stage : stages) {
+    judge_ranks_for({2, 3}, role, "ZeRO-" + std::to_string(stage) + what, timeout_s,
+                    [&](const RankRun& run, int n) { check(run, n, stage); },
+                    {{"KIT_TEST_ZERO_STAGE", std::to_string(stage)}});
+    if (::testing::Test::HasFailure()) return;
+  }
+}
+
 }  // namespace
 
 TEST(Zero, ShardOfCoversEveryElementExactlyOnce) {
@@ -616,12 +630,7 @@ TEST(Zero, SavedStateContinuesTrainingIdentically) {
 // The gradient bytes ZeRO reports are the storage it keeps: stage 2 (the reduced shard a copy
 // of its own, not a view of the flat buffer) and stage 1, on 2 and 3 ranks.
 TEST(Zero, ReportedGradientBytesAreTheStorageKept) {
-  for (const int stage : {2, 1}) {
-    judge_ranks_for({2, 3}, "zero_gradient_storage", "ZeRO-" + std::to_string(stage) + "'s gradient storage", 60,
-                    [stage](const RankRun& run, int n) { judge_gradient_storage(run, n, stage); },
-                    {{"KIT_TEST_ZERO_STAGE", std::to_string(stage)}});
-    if (HasFailure()) return;
-  }
+  judge_stages_on_2_and_3_ranks({2, 1}, "zero_gradient_storage", "'s gradient storage", 60, judge_gradient_storage);
 }
 
 TEST(Zero, MixedPrecisionUpdateShardStepsTheFp32Master) {
@@ -633,12 +642,7 @@ TEST(Zero, MixedPrecisionUpdateShardStepsTheFp32Master) {
 
 // Both stages over a bfloat16 model, on 2 and 3 ranks (3 does not divide P).
 TEST(Zero, MixedPrecisionStagesHoldThePapersBytes) {
-  for (const int stage : {1, 2}) {
-    judge_ranks_for({2, 3}, "zero_mixed", "ZeRO-" + std::to_string(stage) + " in mixed precision", 90,
-                    [stage](const RankRun& run, int n) { judge_zero_mixed(run, n, stage); },
-                    {{"KIT_TEST_ZERO_STAGE", std::to_string(stage)}});
-    if (HasFailure()) return;
-  }
+  judge_stages_on_2_and_3_ranks({1, 2}, "zero_mixed", " in mixed precision", 90, judge_zero_mixed);
 }
 
 TEST(Zero, StageThreeIsAClearError) {
