@@ -21,31 +21,10 @@
 #include <torch/torch.h>
 
 #include "dist/launch.h"
+#include "temp_dir.h"
 
 namespace kit_test {
 namespace fs = std::filesystem;
-
-// A fresh directory of this test's own (so no file from an earlier run can be mistaken
-// for this run's output), removed at the end of the test.
-class TempDir {
- public:
-  explicit TempDir(const std::string& tag) {
-    std::string tmpl = (fs::temp_directory_path() / ("kit_dp_" + tag + "_XXXXXX")).string();
-    std::vector<char> buf(tmpl.begin(), tmpl.end());
-    buf.push_back('\0');
-    if (!::mkdtemp(buf.data())) throw std::runtime_error("mkdtemp failed for " + tmpl);
-    path_ = buf.data();
-  }
-  ~TempDir() {
-    std::error_code ec;
-    if (!std::getenv("KIT_KEEP_TEST_DIRS")) fs::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-  std::string operator/(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
 
 struct RunResult {
   int exitcode = -1;      // -N: killed by signal N

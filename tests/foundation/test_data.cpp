@@ -16,33 +16,14 @@
 #include "data/dataset.h"
 #include "data/tokenizer.h"
 #include "kit/errors.h"
+#include "temp_dir.h"
 
 namespace fs = std::filesystem;
 using namespace kit;
 
 namespace {
 
-// A fresh directory per test (named after the test and the process), removed afterwards.
-class TempDir {
- public:
-  // `name` labels a directory made outside a test (a suite's shared set-up).
-  explicit TempDir(const std::string& name = "shared") {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    const std::string label = info ? std::string(info->test_suite_name()) + "_" + info->name() : name;
-    path_ = fs::temp_directory_path() / ("kit_test_data_" + label + "_" + std::to_string(::getpid()));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string operator/(const std::string& name) const { return (path_ / name).string(); }
-  std::string str() const { return path_.string(); }
-
- private:
-  fs::path path_;
-};
+using kit_test::TempDir;  // tests/temp_dir.h
 
 void write_text(const std::string& path, const std::string& text) {
   std::ofstream out(path, std::ios::binary);
@@ -70,7 +51,7 @@ std::string kit_error_message_of(F&& f) {
 
 DataConfig small_config(const TempDir& dir, int64_t vocab = 400) {
   DataConfig cfg;
-  cfg.dir = dir.str();
+  cfg.dir = dir.path();
   cfg.n_train = 1000;
   cfg.n_valid = 50;
   cfg.n_test = 20;
@@ -279,7 +260,7 @@ TEST(Corpus, ADirectoryWithOnlySomeSplitsIsAClearError) {
   TempDir dir;
   write_text(dir / "train.tsv", "Eins.\tOne.\n");
   const std::string msg = kit_error_message_of([&] { load_corpus(small_config(dir)); });
-  EXPECT_MENTIONS(msg, dir.str());
+  EXPECT_MENTIONS(msg, dir.path());
   EXPECT_MENTIONS(msg, "valid.tsv");
   EXPECT_MENTIONS(msg, "test.tsv");
   EXPECT_FALSE(fs::exists(dir / "valid.tsv")) << "a partial corpus must not be filled up with toy data";

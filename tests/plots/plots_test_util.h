@@ -10,30 +10,13 @@
 #include <string>
 #include <vector>
 
+#include "temp_dir.h"
+
 namespace plots_test {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-// A fresh directory of this test's own, removed at the end of the test.
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "kit_plots_test_XXXXXX").string();
-    if (!mkdtemp(pattern.data())) throw std::runtime_error("mkdtemp failed in " + fs::temp_directory_path().string());
-    path_ = pattern;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  std::string operator/(const std::string& name) const { return (fs::path(path_) / name).string(); }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using kit_test::TempDir;  // tests/temp_dir.h
 
 inline json epoch(int64_t e, int rank, int world_size, double time, double tokens_per_sec,
                   std::vector<double> batch_losses = {3.0, 2.5}) {
