@@ -48,6 +48,7 @@
 #include "terapipe/latency.h"
 #include "terapipe/pipeline.h"
 #include "terapipe/slicing.h"
+#include "train/adamw.h"
 #include "zero/data_parallel_optimizer.h"
 
 namespace {
@@ -57,6 +58,7 @@ struct ParallelOptions : kit::SyntheticOptions {
   ParallelOptions() : SyntheticOptions("runs/parallel/{world}/rank{rank}.json") { steps = 5; }
   kit::grid::GridShape grid{1, 1, 1};
   int64_t microbatches = 0;  // --chunks; 0: p, the fewest that fill the pipeline
+  bool microbatches_given = false;  // --chunks was not 0 (its errors say where m came from)
   int64_t n_head = 0;        // 0: the preset's
   int64_t virtual_chunks = 1;
   std::string schedule = "1f1b";
@@ -135,6 +137,10 @@ void check_slices_options(const ParallelOptions& o) {
 // every pipeline rank's actions.
 pp::Schedules checked_schedules(const ParallelOptions& o, int world_size) {
   kit::grid::check_shape(o.grid, world_size);
+  if (o.microbatches < 1)
+    throw kit::Error("--chunks " + std::to_string(o.microbatches) +
+                     ": give the number of micro-batches m, at least 1 (or 0, the default: m = p)");
+  kit::check_adamw_flags(o.run.train.lr, o.weight_decay);
   const int stage = kit::zero::zero_stage_of(o.optimizer);
   if (stage < 0) throw kit::Error("--optimizer " + o.optimizer + " is not one of adamw, zero1, zero2, zero3");
   if (o.zero && o.optimizer != "zero1")
@@ -156,10 +162,6 @@ pp::Schedules checked_schedules(const ParallelOptions& o, int world_size) {
   if (B % o.grid.dp != 0)
     throw kit::Error("--batch-size " + std::to_string(B) + " must be a multiple of --dp " + std::to_string(o.grid.dp) +
                      ": each of the d replicas takes an equal share of the rows");
-  if (o.grid.dp > 1)
-    pp::check_microbatches(B / o.grid.dp, o.microbatches, "each data-parallel replica's rows");
-  else
-    pp::check_microbatches(B, o.microbatches);
   const kit::GPT2Config cfg = config_of(o);
   if (o.run.data.seq_len > cfg.n_positions)
     throw kit::Error("--seq-len " + std::to_string(o.run.data.seq_len) + " is longer than the model's context (" +
@@ -167,6 +169,15 @@ pp::Schedules checked_schedules(const ParallelOptions& o, int world_size) {
                      std::to_string(o.run.data.seq_len));
   kit::check_model_fits(cfg, o.run.data.seq_len, o.vocab);
   if (!o.print_slicing) pp::check_blocks_fit(cfg.n_layer, shape);
+  try {  // after the blocks: --pp p with too few layers is said as that, not as p micro-batches
+    if (o.grid.dp > 1)
+      pp::check_microbatches(B / o.grid.dp, o.microbatches, "each data-parallel replica's rows");
+    else
+      pp::check_microbatches(B, o.microbatches);
+  } catch (const kit::Error& e) {
+    if (o.microbatches_given) throw;
+    throw kit::Error(std::string(e.what()) + " (--chunks was not given: m is p = " + std::to_string(o.grid.pp) + ")");
+  }
   if (cfg.n_head < 1 || cfg.n_embd % cfg.n_head != 0)
     throw kit::Error("--n-head " + std::to_string(cfg.n_head) + " must divide n_embd " + std::to_string(cfg.n_embd));
   try {
@@ -298,6 +309,7 @@ int main(int argc, char** argv) {
              "lengths and (with --latency) predicted_seconds.");
   return kit::guarded_main(argc, argv, app, [&] {
     o.grid = {dp, pp, tp};
+    o.microbatches_given = o.microbatches != 0;
     if (o.microbatches == 0) o.microbatches = pp;
     if (o.zero && app.count("--optimizer") == 0) o.optimizer = "zero1";
     if (!o.slices.empty() && app.count("--schedule") == 0) o.schedule = "gpipe";  // TeraPipe's order

@@ -39,7 +39,7 @@ TrainingData load_training_data(const DataConfig& cfg) {
 }
 
 std::unique_ptr<torch::optim::AdamW> make_optimizer(torch::nn::Module& model, const TrainConfig& cfg) {
-  if (!(cfg.lr > 0)) throw Error("--lr must be positive (got " + std::to_string(cfg.lr) + ")");
+  check_adamw_flags(cfg.lr, cfg.weight_decay);
   return std::make_unique<AdamW>(  // train/adamw.h: torch::optim::AdamW's step, multi-tensor
       model.parameters(), torch::optim::AdamWOptions(cfg.lr).weight_decay(cfg.weight_decay));
 }

@@ -14,6 +14,14 @@
 
 namespace kit {
 
+void check_adamw_flags(double lr, double weight_decay) {
+  if (!(lr > 0) || !std::isfinite(lr))
+    throw Error("--lr must be a positive number (got " + std::to_string(lr) + "): AdamW's step size, e.g. 3e-4");
+  if (!(weight_decay >= 0) || !std::isfinite(weight_decay))
+    throw Error("--weight-decay must be 0 or more (got " + std::to_string(weight_decay) +
+                "): AdamW's decoupled decay, 0 for none, e.g. 0.1");
+}
+
 bool fused_adamw_available(const c10::Device& device) {
   if (device.is_cuda()) return KIT_HAVE_FUSED_ADAMW_CUDA;
   if (device.is_cpu()) return KIT_HAVE_FUSED_ADAMW_CPU;

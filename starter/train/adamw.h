@@ -18,6 +18,11 @@ namespace kit {
 
 enum class AdamWKernel { Loop, ForEach, Fused };
 
+// kit::Error naming the flag when --lr is not a positive finite number or --weight-decay is
+// negative or not finite: what every program checks before it builds an optimizer (LibTorch's
+// own check would end the program with its stack trace).
+void check_adamw_flags(double lr, double weight_decay);
+
 // Fused on CUDA where this LibTorch has it, ForEach otherwise.
 AdamWKernel default_adamw_kernel(const c10::Device& device);
 bool fused_adamw_available(const c10::Device& device);

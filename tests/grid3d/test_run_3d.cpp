@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -97,4 +98,38 @@ TEST(Run3D, AGridThatDoesNotFitIsRefusedBeforeAnyRankStarts) {
                                             {"MASTER_PORT", "1"}});
   EXPECT_NE(r2.exitcode, 0) << kit_test::describe_run(r2);
   EXPECT_NE(r2.output.find("d=2 p=1 t=1"), std::string::npos) << "a grid of 2 on a world of 3: " << kit_test::describe_run(r2);
+}
+
+// The optimizer's and the micro-batches' flags (given code), checked before any rank starts:
+// a bad value is one line naming the flag and the fix, never LibTorch's own stack trace, and
+// --pp p with too few blocks says so even when m (p when --chunks is left out) does not fit either.
+TEST(Run3D, BadOptimizerAndMicroBatchFlagsAreRefusedBeforeAnyRankStarts) {
+  kit_test::TempDir dir("run3d_flags");
+  struct Bad {
+    std::vector<std::string> flags;
+    std::string says;
+  };
+  const std::vector<Bad> cases = {
+      {{"--lr", "-1"}, "--lr must be a positive number"},
+      {{"--lr", "0"}, "--lr must be a positive number"},
+      {{"--weight-decay", "-0.5"}, "--weight-decay must be 0 or more"},
+      {{"--chunks", "-1"}, "--chunks -1: give the number of micro-batches"},
+      {{"--pp", "3", "--chunks", "0", "--batch-size", "8"}, "Use --n-layer 3"},
+      {{"--dp", "1", "--pp", "2", "--chunks", "0", "--batch-size", "5"}, "(--chunks was not given: m is p = 2)"},
+  };
+  int k = 0;
+  for (const Bad& c : cases) {
+    auto a = args(2, 1, 1, dir.path());
+    for (size_t i = 0; i + 1 < c.flags.size(); i += 2) {  // each flag given once: its value replaced
+      const auto at = std::find(a.begin(), a.end(), c.flags[i]);
+      if (at == a.end()) a.insert(a.end(), {c.flags[i], c.flags[i + 1]});
+      else *(at + 1) = c.flags[i + 1];
+    }
+    const auto r = kit_test::run_kit_program(a, dir / ("log" + std::to_string(k++) + ".txt"));
+    SCOPED_TRACE(c.says);
+    EXPECT_EQ(r.exitcode, 1) << kit_test::describe_run(r);
+    EXPECT_NE(r.output.find(c.says), std::string::npos) << kit_test::describe_run(r);
+    EXPECT_EQ(r.output.find("starting"), std::string::npos) << "no rank may start: " << kit_test::describe_run(r);
+    EXPECT_EQ(r.output.find("Exception raised from"), std::string::npos) << "a LibTorch trace: " << kit_test::describe_run(r);
+  }
 }
