@@ -1,5 +1,6 @@
 #include "app/cli.h"
 
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -9,6 +10,19 @@
 #include "kit/errors.h"
 
 namespace kit {
+namespace {
+
+constexpr const char* kFillIn = "fill in this function in the starter code, then rebuild";
+
+// The whole message in one write, so that the lines of ranks failing at the same moment
+// (every rank reaching the same unimplemented function) do not interleave.
+void print_error(const std::string& who, const std::string& what, const std::string& hint = "") {
+  const std::string text = who + ": " + what + "\n" + (hint.empty() ? "" : "  (" + hint + ")\n");
+  std::fwrite(text.data(), 1, text.size(), stderr);
+  std::fflush(stderr);
+}
+
+}  // namespace
 
 std::string preset_list() {
   std::string presets;
@@ -31,8 +45,9 @@ void add_model_options(CLI::App& app, SyntheticOptions& o, const SyntheticHelp& 
   app.add_option("--warmup", o.warmup, "The first W of the --steps batches are not timed (default 1; 0 when "
                                        "--steps is 1)");
   app.add_option("--precision", o.precision,
-                 "fp32, or bf16: every forward pass under bfloat16 autocast (the matrix products in bf16; weights, "
-                 "gradients, optimizer state and the loss in fp32; kit/precision.h)")
+                 "fp32, or bf16: every forward pass under bfloat16 autocast (the matrix products in bf16; the loss "
+                 "and the optimizer state in fp32, and with AdamW the weights and gradients too; the ZeRO stages "
+                 "keep bf16 weights and gradients beside an fp32 master copy; kit/precision.h)")
       ->capture_default_str();
 }
 
@@ -138,12 +153,10 @@ int guarded_main(int argc, char** argv, CLI::App& app, const std::function<int()
   }
   try {
     return body();
-  } catch (const Error& e) {
-    std::cerr << "error: " << e.what() << "\n";
   } catch (const NotImplemented& e) {
-    std::cerr << "error: " << e.what() << "\n  (fill in this function in the starter code, then rebuild)\n";
+    print_error("error", e.what(), kFillIn);
   } catch (const std::exception& e) {
-    std::cerr << "error: " << e.what() << "\n";
+    print_error("error", e.what());
   }
   return 1;
 }
@@ -194,10 +207,13 @@ int launcher_or_worker(int world_size_flag, const std::function<int()>& launcher
   try {
     return worker(world);
   } catch (const dist::CommError& e) {
-    std::cerr << "error: " << e.what() << "\n";
+    print_error("error", e.what());
     return dist::kExitPeerLost;
   } catch (const Error& e) {
-    std::cerr << "error (rank " << world.rank << "): " << e.what() << "\n";
+    print_error("error (rank " + std::to_string(world.rank) + ")", e.what());
+    return 1;
+  } catch (const NotImplemented& e) {
+    print_error("error (rank " + std::to_string(world.rank) + ")", e.what(), kFillIn);
     return 1;
   }
 }
