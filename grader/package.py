@@ -188,9 +188,9 @@ README_FILLS = {
         "grade_time": "about 20 seconds for the grade (given tests before it: a few minutes)",
         "measure": "`scripts/main_job.sh`: the four runs of Problems 1.3 and 2 in the handout's configuration, "
                    "then `plot_figures`", "measure_time": "about 12 minutes (742 s measured)"},
-    2: {"first_build": "about 7 minutes (402 s measured: configure and build, packages installed)",
-        "grade_time": "about half a minute with the stubs (34 s measured), a minute or two with every "
-                      "function done (it prints its time)",
+    2: {"first_build": "about 9 minutes (517 s measured on 2 cores: configure and build, packages installed)",
+        "grade_time": "about a minute for the grade with the stubs (57 s measured; `scripts/test.sh` with the "
+                      "given tests before it 136 s), a few minutes with every function done (it prints its time)",
         "measure": "each problem's command in the handout (`scripts/pipeline_job.sh` for Problem 3.3, "
                    "`bench/*.py` for Problems 4 and 5)", "measure_time": "stated beside each command"},
     3: {"first_build": "about 8 minutes (483 s measured: configure and build, packages installed)",
