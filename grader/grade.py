@@ -154,9 +154,19 @@ def kit_fingerprint(kit_copy: Path, student_files, assignment=1) -> str:
 
 
 # ---------------------------------------------------------------- grading
-def cases_cache(work: Path, kit_copy: Path, assignment: int, student_files) -> Path:
-    """work/cases/a<assignment>-<kit fingerprint>.json: each assignment keeps its own list."""
-    return work / "cases" / f"a{assignment}-{kit_fingerprint(kit_copy, student_files, assignment)}.json"
+def cases_cache(work: Path, kit_copy: Path, assignment: int, student_files, listed_from=()) -> Path:
+    """work/cases/a<assignment>-<kit fingerprint>.json: each assignment keeps its own list. A list
+    read from another build's programs (listed_from: --prebuilt) also keys on those programs, so a
+    test added to the kit is listed again once that build has it, not kept out by a list taken
+    from the programs built before it."""
+    key = kit_fingerprint(kit_copy, student_files, assignment)
+    if listed_from:
+        h = hashlib.sha256(key.encode())
+        for program in sorted(str(p) for p in listed_from):
+            st = os.stat(program)
+            h.update(f"\0{program}\0{st.st_size}\0{st.st_mtime_ns}".encode())
+        key = h.hexdigest()[:32]
+    return work / "cases" / f"a{assignment}-{key}.json"
 
 
 def store_cases(cache: Path, cases, assignment: int):
@@ -178,7 +188,9 @@ def graded_cases(kit_copy: Path, build_dir: Path, work: Path, rubric, stubs, san
     listing), and kept in
     cases_cache(); a submission cannot change which cases are graded. Each assignment keeps its
     own list, so one work dir serves every assignment."""
-    cache = cases_cache(work, kit_copy, assignment, student_files or rubric["student_files"])
+    programs = suite_programs(Path(how.prebuilt), graded_suites(rubric)) if how.prebuilt else {}
+    cache = cases_cache(work, kit_copy, assignment, student_files or rubric["student_files"],
+                        [p["program"] for p in programs.values()])
     if cache.is_file():
         return json.loads(cache.read_text())
     if how.prebuilt:

@@ -226,6 +226,20 @@ class Assignments(unittest.TestCase):
             grade.store_cases(c1_new, {"s.A.e": ["s", "A.e"]}, 1)
             self.assertEqual(sorted(p.name for p in (work / "cases").iterdir()), sorted([c1_new.name, c2.name]))
 
+    def test_a_list_read_from_prebuilt_programs_is_listed_again_when_they_are_rebuilt(self):
+        # An instructor adds a case to a hidden test and grades with --prebuilt before rebuilding:
+        # the list then read from the old programs must not stand for the kit once they are rebuilt.
+        with tempfile.TemporaryDirectory() as tmp:
+            kit, work = self.fake_kit(Path(tmp) / "kit"), Path(tmp) / "work"
+            students = grade.all_student_files(kit)
+            program = Path(tmp) / "test_s"
+            program.write_bytes(b"old program")
+            before = grade.cases_cache(work, kit, 1, students, [program])
+            self.assertEqual(grade.cases_cache(work, kit, 1, students, [program]), before)
+            self.assertNotEqual(grade.cases_cache(work, kit, 1, students), before)
+            program.write_bytes(b"the program rebuilt with one more case")
+            self.assertNotEqual(grade.cases_cache(work, kit, 1, students, [program]), before)
+
     def test_configure_again_when_the_suites_differ_even_by_a_suffix(self):
         calls = []
         real = grade.run
