@@ -136,6 +136,9 @@ void expect_rank_loaders(int64_t n, int world, int64_t global_batch) {
 TEST(HiddenPartitionDataset, WorldSize3Of100Batch6) { expect_rank_loaders(100, 3, 6); }
 TEST(HiddenPartitionDataset, WorldSize4Of103Batch12) { expect_rank_loaders(103, 4, 12); }
 TEST(HiddenPartitionDataset, WorldSize5Of57Batch10) { expect_rank_loaders(57, 5, 10); }
+// The smallest global batch: one example per rank (a positive multiple of the world size).
+TEST(HiddenPartitionDataset, OneProcessWithABatchOfOne) { expect_rank_loaders(10, 1, 1); }
+TEST(HiddenPartitionDataset, OneExamplePerRankOnThreeRanks) { expect_rank_loaders(31, 3, 3); }
 
 }  // namespace
 }  // namespace partition_test
