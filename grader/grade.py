@@ -193,20 +193,17 @@ def graded_cases(kit_copy: Path, build_dir: Path, work: Path, rubric, stubs, san
                         [p["program"] for p in programs.values()])
     if cache.is_file():
         return json.loads(cache.read_text())
-    if how.prebuilt:
-        # The prebuilt build's test programs are linked from the very objects this work dir's
-        # are, so they list the same cases, and it is the grader's own build: no stub build here.
-        listed_in = Path(how.prebuilt)
-    else:
+    if not how.prebuilt:
+        # (With --prebuilt, that build's test programs are linked from the very objects this work
+        # dir's are, so they list the same cases, and it is the grader's own build: no stub build.)
         for f in rubric["student_files"]:
             put(kit_copy / "starter" / f, stubs[f])
         rc, out = build(kit_copy, build_dir, jobs, rubric["timeouts"]["build_seconds"], log,
                         graded_suites(rubric), how)
         if rc != 0:
             raise RuntimeError("the kit with its starter stubs does not build:\n" + out[-4000:])
-        listed_in = build_dir
-    cases = list_cases(None if how.prebuilt else sandbox, suite_programs(listed_in, graded_suites(rubric)),
-                       scratch, log)
+        programs = suite_programs(build_dir, graded_suites(rubric))
+    cases = list_cases(None if how.prebuilt else sandbox, programs, scratch, log)
     check_patterns(rubric, cases)
     store_cases(cache, cases, assignment)
     return cases
