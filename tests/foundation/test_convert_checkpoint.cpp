@@ -45,6 +45,13 @@ void write_raw_safetensors(const std::string& path, const std::string& header, c
   out << header << data;
 }
 
+// The model of seed 1 exported in Hugging Face's layout to `path`: what the Python tests read.
+kit::GPT2 exported_for_python(const std::string& path) {
+  auto model = model_from_seed(1);
+  kit::export_checkpoint(*model, path, kit::CheckpointLayout::HuggingFace);
+  return model;
+}
+
 }  // namespace
 
 TEST(HuggingFaceExport, HasPrefixedNamesConv1DWeightsAndATiedHead) {
@@ -183,8 +190,7 @@ TEST(TorchSavePickle, LibTorchsOwnPickleIsLeftAlone) {
 TEST(Python, TorchLoadOfTheHuggingFaceExportHasItsNamesAndShapes) {
   KIT_TORCH_PYTHON_OR_SKIP(python);
   TempFile file, report(".txt");
-  auto model = model_from_seed(1);
-  kit::export_checkpoint(*model, file.path(), kit::CheckpointLayout::HuggingFace);
+  auto model = exported_for_python(file.path());
   const std::string script =
       "import sys, torch\n"
       "d = torch.load(sys.argv[1])\n"
@@ -228,8 +234,7 @@ TEST(Python, StateDictSavedByTorchSaveImports) {
   // OrderedDict with _metadata, holding mask buffers.
   KIT_TORCH_PYTHON_OR_SKIP(python);
   TempFile hf_file, od_file;
-  auto source = model_from_seed(1);
-  kit::export_checkpoint(*source, hf_file.path(), kit::CheckpointLayout::HuggingFace);
+  auto source = exported_for_python(hf_file.path());
   const std::string script =
       "import collections, sys, torch\n"
       "d = collections.OrderedDict(torch.load(sys.argv[1]))\n"
