@@ -13,6 +13,8 @@
 #                          (its _deps/downloads)
 #   BENCH_ARGS             extra arguments of bench/gpu.py (default: GPT-2 124M, T = 1024, batch 16)
 #   OUT                    where the logs and the benchmark's summary go (default runs/gpu_check)
+#   SUITES                 1 (default): also build every suite and run it with KIT_TEST_DEVICE=cuda
+#                          (every rank of a multi-process case on the GPU, over Gloo); 0: skip
 # Each step prints its time; the whole check is meant to fit in 8 minutes on 16 cores.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
@@ -50,6 +52,18 @@ ctest --test-dir "$BUILD" --output-on-failure --timeout 300 \
   -R '^foundation\.(MemoryCounter|Attention|KitAdamW|GPT2Model)\.|^pipeline\.PipeDevices\.' \
   > "$OUT/ctest.log" 2>&1 || failed+=("ctest (log: $OUT/ctest.log)")
 grep -E "tests passed|Failed|Skipped" "$OUT/ctest.log"
+
+if [[ ${SUITES:-1} == 1 ]]; then
+  step "every suite with KIT_TEST_DEVICE=cuda"
+  # The ranks and programs the multi-process cases start compute on the one GPU, sharing it
+  # over Gloo (tests/test_device.h); the single-process cases keep their CPU tensors.
+  cmake --build "$BUILD" -j "$JOBS" > "$OUT/build_suites.log" 2>&1 \
+    || { grep -E "error" "$OUT/build_suites.log" | head -30; failed+=("build of the suites ($OUT/build_suites.log)"); }
+  KIT_TEST_DEVICE=cuda ctest --test-dir "$BUILD" -j "$(( JOBS / 2 > 1 ? JOBS / 2 : 1 ))" --timeout 300 \
+    -L '^(foundation|data_parallel|pipeline|pipeline_training|tensor_parallel|zero|terapipe|grid|grid3d|precision|planner|programs)$' \
+    > "$OUT/ctest_cuda.log" 2>&1 || failed+=("the suites on CUDA (log: $OUT/ctest_cuda.log)")
+  grep -E "tests passed|\(Failed\)|\(Timeout\)" "$OUT/ctest_cuda.log" | head -40
+fi
 
 step "ZeRO in mixed precision on the GPU"
 # One NCCL rank: bf16 parameters with the fp32 master (ZeRO-1, ZeRO-3), every byte count read

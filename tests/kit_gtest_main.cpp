@@ -47,6 +47,7 @@
 
 #include "judge/batch.h"
 #include "judge/judge.h"
+#include "test_device.h"
 
 namespace {
 
@@ -213,6 +214,10 @@ void set_role() {
 
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
+  if (const std::string bad = kit_test::apply_test_device(); !bad.empty()) {
+    std::fprintf(stderr, "%s\n", bad.c_str());
+    return 2;
+  }
   set_role();
   ::testing::UnitTest::GetInstance()->listeners().Append(new CaseStart());  // gtest owns it
   if (subject_batch()) return run_subject_batch();  // no verdict channel: a subject decides nothing

@@ -98,6 +98,8 @@ World* g_world = nullptr;
 std::mutex g_mutex;
 AtomicCounters g_total;  // every group's traffic
 
+bool staged_through_host() { return g_world && g_world->backend_name == "gloo" && g_world->device.is_cuda(); }
+
 // Counts on the group and in the process's totals.
 void count(State& s, std::atomic<int64_t> AtomicCounters::*field, int64_t n) {
   s.counters.*field += n;
@@ -191,6 +193,14 @@ void run(State& s, const char* what, Start&& start) {
 void copy_back(const torch::Tensor& dst, const torch::Tensor& src) {
   torch::NoGradGuard no_grad;
   dst.copy_(src);
+}
+
+bool staged_through_host();  // below, once World is known
+
+// The buffer c10d is given for `t`: `t` itself, or on a Gloo rank on a GPU its host copy
+// (c10d's Gloo sends and receives host memory only; the result is copied back).
+torch::Tensor on_host_if_staged(const torch::Tensor& t) {
+  return t.is_cuda() && staged_through_host() ? t.to(torch::kCPU) : t;
 }
 
 void check_tensor(const torch::Tensor& t, const char* what) {
@@ -351,6 +361,18 @@ int cuda_device_for(int rank, int local_rank, int visible_gpus) {
               "(srun --gpus-per-task=1).");
 }
 
+torch::Device gloo_device(const char* value, int local_rank, int visible_gpus) {
+  const std::string v = value ? value : "";
+  if (v.empty() || v == "cpu") return torch::kCPU;
+  if (v != "cuda")
+    throw Error("KIT_GLOO_DEVICE='" + v + "' is neither cpu nor cuda: unset it (Gloo ranks compute on the CPU) or "
+                "set it to cuda (Gloo ranks on a GPU, several may share one)");
+  if (visible_gpus <= 0)
+    throw Error("KIT_GLOO_DEVICE=cuda but this process sees no CUDA GPU (a CPU-only LibTorch, or no GPU "
+                "visible): unset it, or run on a GPU node with a CUDA LibTorch");
+  return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(local_rank % visible_gpus));
+}
+
 void init_process_group(const std::string& backend, int rank, int world_size) {
   const std::string addr = env_or("MASTER_ADDR", "127.0.0.1");
   const std::string port = env_or("MASTER_PORT", "");
@@ -384,6 +406,8 @@ void init_process_group(const std::string& backend, int rank, int world_size, co
   for (const auto& b : available_backends()) known += (known.empty() ? "" : ", ") + b;
   if (backend == "gloo") {
 #if KIT_HAVE_GLOO
+    const int local = std::stoi(env_or("LOCAL_RANK", env_or("SLURM_LOCALID", std::to_string(rank))));
+    g->device = gloo_device(std::getenv("KIT_GLOO_DEVICE"), local, static_cast<int>(torch::cuda::device_count()));
     g->store = connect_store(master_addr, master_port, rank, world_size, g->timeout);
     auto opts = c10d::ProcessGroupGloo::Options::create(g->timeout);
     // Which network interface Gloo talks on: GLOO_SOCKET_IFNAME when set (as in PyTorch),
@@ -406,7 +430,6 @@ void init_process_group(const std::string& backend, int rank, int world_size, co
                   first_line(e.what()) + "\n  Fix: make sure all " + std::to_string(world_size) +
                   " ranks are running; on several nodes set GLOO_SOCKET_IFNAME to the interface they share.");
     }
-    g->device = torch::kCPU;
 #else
     throw Error("this build of the kit has no Gloo backend (LibTorch was found without Gloo's headers): use "
                 "--backend nccl on a GPU node, or rebuild with libgloo-dev installed. Available: " + known);
@@ -459,15 +482,19 @@ struct Work::Impl {
   Group group;                         // keeps the group (and `state`) alive while this runs
   State* state = nullptr;              // for the failure message
   const char* what = "";
+  torch::Tensor write_back;            // staged through host: the caller's tensor, written at wait()
 
   // Issues one c10d operation on `contiguous` in group `s` and wraps its handle (c10d
   // returns the same Work type for all-reduce, send and recv). A failure to even start is
   // a CommError.
+  // `writes`: the operation writes into the tensor (all-reduce, receive).
   template <class Issue>
-  static Work start(const torch::Tensor& contiguous, const char* what, Issue&& issue, const Group& g) {
+  static Work start(const torch::Tensor& contiguous, const char* what, Issue&& issue, const Group& g,
+                    bool writes) {
     State& s = g.state(what);
     auto impl = std::make_shared<Impl>();
-    impl->tensors = {contiguous};
+    impl->tensors = {on_host_if_staged(contiguous)};
+    if (writes && !impl->tensors[0].is_same(contiguous)) impl->write_back = contiguous;
     impl->what = what;
     try {
       impl->work = issue(*s.backend, impl->tensors);
@@ -494,7 +521,7 @@ struct Work::Impl {
     o.reduceOp = to_c10d(op);
     return start(contiguous, what, [&](compat::C10dBackend& b, std::vector<torch::Tensor>& v) {
       return b.allreduce(v, o);
-    }, g);
+    }, g, /*writes=*/true);
   }
 };
 
@@ -514,6 +541,7 @@ void Work::wait() {
   } catch (const std::exception& e) {
     throw CommError(failure_message(*impl->state, impl->what, e));
   }
+  if (impl->write_back.defined()) copy_back(impl->write_back, impl->tensors[0]);
 }
 
 namespace {
@@ -558,9 +586,9 @@ void all_reduce(const torch::Tensor& tensor, ReduceOp op, const Group& group) {
   }
   // Gloo and NCCL reduce dense buffers: reduce a contiguous copy and write it back; on Gloo a
   // bf16 tensor's copy is fp32, counted at the tensor's own bytes (what NCCL sends).
-  const torch::Tensor buffer = gloo_cannot_reduce(tensor) ? tensor.to(torch::kFloat32).contiguous()
-                               : tensor.is_contiguous()   ? tensor
-                                                          : tensor.contiguous();
+  const torch::Tensor buffer = on_host_if_staged(gloo_cannot_reduce(tensor) ? tensor.to(torch::kFloat32).contiguous()
+                                                 : tensor.is_contiguous()   ? tensor
+                                                                            : tensor.contiguous());
   Work::Impl::start_all_reduce(buffer, op, "all_reduce", group, nbytes(tensor)).wait();
   if (!buffer.is_same(tensor)) copy_back(tensor, buffer);
 }
@@ -583,10 +611,12 @@ std::vector<torch::Tensor> all_gather(const torch::Tensor& tensor, const Group& 
   State& s = group.state("all_gather");
   count(s, &AtomicCounters::all_gather_calls, 1);
   count(s, &AtomicCounters::all_gather_bytes, nbytes(tensor));
-  std::vector<torch::Tensor> input{tensor.contiguous()};
+  std::vector<torch::Tensor> input{on_host_if_staged(tensor.contiguous())};
   std::vector<std::vector<torch::Tensor>> output(1);
   for (size_t i = 0; i < s.ranks.size(); ++i) output[0].push_back(torch::empty_like(input[0]));
   run(s, "all_gather", [&](compat::C10dBackend& b) { return b.allgather(output, input); });
+  if (input[0].device() != tensor.device())
+    for (auto& t : output[0]) t = t.to(tensor.device());
   return output[0];
 }
 
@@ -601,7 +631,7 @@ void broadcast(const torch::Tensor& tensor, int src, const Group& group) {
                 std::to_string(s.ranks.size()) + " ranks");
   count(s, &AtomicCounters::broadcast_calls, 1);
   count(s, &AtomicCounters::broadcast_bytes, nbytes(tensor));
-  std::vector<torch::Tensor> v{tensor.is_contiguous() ? tensor : tensor.contiguous()};
+  std::vector<torch::Tensor> v{on_host_if_staged(tensor.is_contiguous() ? tensor : tensor.contiguous())};
   c10d::BroadcastOptions o;
   o.rootRank = src;
   run(s, "broadcast", [&](compat::C10dBackend& b) { return b.broadcast(v, o); });
@@ -631,7 +661,7 @@ void send(const torch::Tensor& tensor, int dst, int tag, const Group& group) {
   State& s = group.state("send");
   check_peer(s, dst, "send", "destination");
   count(s, &AtomicCounters::send_bytes, nbytes(tensor));
-  std::vector<torch::Tensor> v{tensor.contiguous()};
+  std::vector<torch::Tensor> v{on_host_if_staged(tensor.contiguous())};
   run(s, "send", [&](compat::C10dBackend& b) { return b.send(v, dst, tag); });
 }
 
@@ -640,7 +670,7 @@ void recv(const torch::Tensor& tensor, int src, int tag, const Group& group) {
   State& s = group.state("recv");
   check_peer(s, src, "recv", "source");
   count(s, &AtomicCounters::recv_bytes, nbytes(tensor));
-  std::vector<torch::Tensor> v{tensor.is_contiguous() ? tensor : tensor.contiguous()};
+  std::vector<torch::Tensor> v{on_host_if_staged(tensor.is_contiguous() ? tensor : tensor.contiguous())};
   run(s, "recv", [&](compat::C10dBackend& b) { return b.recv(v, src, tag); });
   if (!v[0].is_same(tensor)) copy_back(tensor, v[0]);
 }
@@ -661,7 +691,7 @@ Work send_async(const torch::Tensor& tensor, int dst, int tag, const Group& grou
   count(s, &AtomicCounters::send_bytes, nbytes(tensor));
   return Work::Impl::start(tensor, "send_async", [&](compat::C10dBackend& b, std::vector<torch::Tensor>& v) {
     return b.send(v, dst, tag);
-  }, group);
+  }, group, /*writes=*/false);
 }
 
 Work recv_async(const torch::Tensor& tensor, int src, int tag, const Group& group) {
@@ -672,7 +702,7 @@ Work recv_async(const torch::Tensor& tensor, int src, int tag, const Group& grou
   count(s, &AtomicCounters::recv_bytes, nbytes(tensor));
   return Work::Impl::start(tensor, "recv_async", [&](compat::C10dBackend& b, std::vector<torch::Tensor>& v) {
     return b.recv(v, src, tag);
-  }, group);
+  }, group, /*writes=*/true);
 }
 
 int open_channel(const std::string& name) {
@@ -705,7 +735,8 @@ void destroy_process_group() {
   // Wait for the others first: with srun or torchrun rank 0 serves the store, and a rank
   // that leaves early must not pull it away from ranks still talking.
   try {
-    std::vector<torch::Tensor> v{torch::zeros({1}, torch::TensorOptions().device(w->device))};
+    const torch::Device on = w->backend_name == "nccl" ? w->device : torch::Device(torch::kCPU);
+    std::vector<torch::Tensor> v{torch::zeros({1}, torch::TensorOptions().device(on))};
     w->world->backend->allreduce(v)->wait();
   } catch (const std::exception&) {
     // A peer is already gone: nothing left to wait for.

@@ -15,7 +15,10 @@
 //
 // Backends: "gloo" (CPU tensors; compiled in when LibTorch ships Gloo) and "nccl"
 // (CUDA tensors, one GPU per rank: cuda_device_for picks it from what the process sees;
-// compiled in only when LibTorch has CUDA).
+// compiled in only when LibTorch has CUDA). KIT_GLOO_DEVICE=cuda puts Gloo ranks on a GPU
+// (cuda:<local rank mod GPUs>: several ranks may share one), their tensors staged through
+// host memory for every collective and message: the multi-rank code paths on a machine with
+// one GPU (the suites' KIT_TEST_DEVICE=cuda), never the fast path.
 //
 // Timeouts are finite: every rendezvous and collective gives up after
 // KIT_DIST_TIMEOUT seconds (default 60), so a dead or stalled peer becomes a
@@ -116,7 +119,11 @@ bool is_initialized();
 int get_rank();                  // this process's rank (kit::Error before init)
 int get_world_size();            // number of ranks (kit::Error before init)
 std::string get_backend();       // "gloo" or "nccl"
-torch::Device device();          // where this rank computes: cpu for gloo, cuda:<local rank> for nccl
+torch::Device device();          // where this rank computes: cpu for gloo (or gloo_device), cuda:<local rank> for nccl
+
+// Where a Gloo rank computes, from KIT_GLOO_DEVICE ("cpu", the default, or "cuda": GPU
+// local_rank mod visible_gpus). kit::Error for another value or for "cuda" with no GPU.
+torch::Device gloo_device(const char* value, int local_rank, int visible_gpus);
 
 // Collectives. Every rank must make the same calls in the same order with tensors of
 // the same shape and dtype, else they fail with CommError (never a hang: see the timeout).

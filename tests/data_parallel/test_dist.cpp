@@ -61,7 +61,7 @@ const std::vector<std::string> kLaunchVars = {
     "RANK",         "WORLD_SIZE",   "LOCAL_RANK",         "MASTER_ADDR",          "MASTER_PORT",
     "KIT_STORE_HOSTED", "SLURM_PROCID", "SLURM_NTASKS",   "SLURM_LOCALID",        "SLURM_STEP_ID",
     "SLURM_STEPID", "SLURM_JOB_ID", "SLURM_NODELIST",     "SLURM_STEP_NODELIST",  "SLURM_NNODES",
-    "SLURM_STEP_NUM_NODES", "SLURM_LAUNCH_NODE_IPADDR", "KIT_DIST_TIMEOUT"};
+    "SLURM_STEP_NUM_NODES", "SLURM_LAUNCH_NODE_IPADDR", "KIT_DIST_TIMEOUT", "KIT_GLOO_DEVICE"};
 
 // ------------------------------------------------------------- ranks as processes
 
@@ -143,32 +143,40 @@ RankRun run_ranks_connected(int world, const std::string& role,
   return run;
 }
 
-// What each role does on each rank.
+// What each role does on each rank. Tensors live where the rank computes (dist::device():
+// the CPU, or a GPU with KIT_GLOO_DEVICE=cuda); the checks read them back to the CPU.
+torch::TensorOptions on_rank() { return torch::TensorOptions().device(dist::device()); }
+
 void helper_collectives(int rank, int W) {
   const double tri = W * (W + 1) / 2.0;
-  auto a = torch::full({5}, static_cast<float>(rank + 1));
+  auto a = torch::full({5}, static_cast<float>(rank + 1), on_rank());
   dist::all_reduce(a);
-  EXPECT_TRUE(torch::allclose(a, torch::full({5}, static_cast<float>(tri)))) << "SUM: " << a;
+  EXPECT_TRUE(torch::allclose(a.cpu(), torch::full({5}, static_cast<float>(tri)))) << "SUM: " << a;
 
-  auto m = torch::full({3}, static_cast<float>(rank));
+  auto m = torch::full({3}, static_cast<float>(rank), on_rank());
   dist::all_reduce(m, dist::ReduceOp::MAX);
-  EXPECT_TRUE(torch::equal(m, torch::full({3}, static_cast<float>(W - 1)))) << "MAX: " << m;
+  EXPECT_TRUE(torch::equal(m.cpu(), torch::full({3}, static_cast<float>(W - 1)))) << "MAX: " << m;
 
   // A non-contiguous view is reduced in place too.
-  auto base = torch::arange(6, torch::kFloat32).reshape({2, 3});
+  auto base = torch::arange(6, on_rank().dtype(torch::kFloat32)).reshape({2, 3});
   auto view = (base * (rank + 1)).t();
   ASSERT_FALSE(view.is_contiguous());
   dist::all_reduce(view);
-  EXPECT_TRUE(torch::allclose(view, base.t() * tri)) << "non-contiguous SUM: " << view;
+  EXPECT_TRUE(torch::allclose(view.cpu(), base.t().cpu() * tri)) << "non-contiguous SUM: " << view;
 
-  auto b = torch::full({4}, static_cast<float>(rank));
+  // Reduced while the caller goes on; the result is in the tensor once wait() returns.
+  auto h = torch::full({2}, static_cast<float>(rank + 1), on_rank());
+  dist::all_reduce_async(h).wait();
+  EXPECT_TRUE(torch::equal(h.cpu(), torch::full({2}, static_cast<float>(tri)))) << "async SUM: " << h;
+
+  auto b = torch::full({4}, static_cast<float>(rank), on_rank());
   dist::broadcast(b, W - 1);
-  EXPECT_TRUE(torch::equal(b, torch::full({4}, static_cast<float>(W - 1)))) << "broadcast from the last rank: " << b;
+  EXPECT_TRUE(torch::equal(b.cpu(), torch::full({4}, static_cast<float>(W - 1)))) << "broadcast from the last rank: " << b;
 
   // A ring: even ranks send first, odd ranks receive first, so nobody waits in a cycle.
   const int next = (rank + 1) % W, prev = (rank + W - 1) % W;
-  auto mine = torch::full({3}, static_cast<float>(10 * rank));
-  auto got = torch::zeros({3});
+  auto mine = torch::full({3}, static_cast<float>(10 * rank), on_rank());
+  auto got = torch::zeros({3}, on_rank());
   if (rank % 2 == 0) {
     dist::send(mine, next);
     dist::recv(got, prev);
@@ -176,12 +184,12 @@ void helper_collectives(int rank, int W) {
     dist::recv(got, prev);
     dist::send(mine, next);
   }
-  EXPECT_TRUE(torch::equal(got, torch::full({3}, static_cast<float>(10 * prev)))) << "recv from " << prev << ": " << got;
+  EXPECT_TRUE(torch::equal(got.cpu(), torch::full({3}, static_cast<float>(10 * prev)))) << "recv from " << prev << ": " << got;
 
   dist::barrier();
   const auto c = dist::counters();
-  EXPECT_EQ(c.all_reduce_calls, 3);
-  EXPECT_EQ(c.all_reduce_bytes, (5 + 3 + 6) * 4);
+  EXPECT_EQ(c.all_reduce_calls, 4);
+  EXPECT_EQ(c.all_reduce_bytes, (5 + 3 + 6 + 2) * 4);
   EXPECT_EQ(c.broadcast_calls, 1);
   EXPECT_EQ(c.broadcast_bytes, 4 * 4);
   EXPECT_EQ(c.send_bytes, 12);
@@ -204,30 +212,31 @@ void helper_subgroups(int rank, int W) {
   EXPECT_EQ(my_dp.ranks(), (std::vector<int>{rank % 2, rank % 2 + 2}));
   dist::reset_counters();
 
-  auto a = torch::full({5}, static_cast<float>(rank + 1));
+  auto a = torch::full({5}, static_cast<float>(rank + 1), on_rank());
   dist::all_reduce(a, dist::ReduceOp::SUM, my_tp);  // {0,1}: 1+2, {2,3}: 3+4
-  EXPECT_TRUE(torch::equal(a, torch::full({5}, rank < 2 ? 3.0f : 7.0f))) << "tensor-group SUM: " << a;
-  auto d = torch::full({3}, static_cast<float>(rank + 1));
+  EXPECT_TRUE(torch::equal(a.cpu(), torch::full({5}, rank < 2 ? 3.0f : 7.0f))) << "tensor-group SUM: " << a;
+  auto d = torch::full({3}, static_cast<float>(rank + 1), on_rank());
   dist::all_reduce(d, dist::ReduceOp::SUM, my_dp);  // {0,2}: 1+3, {1,3}: 2+4
-  EXPECT_TRUE(torch::equal(d, torch::full({3}, rank % 2 == 0 ? 4.0f : 6.0f))) << "data-group SUM: " << d;
+  EXPECT_TRUE(torch::equal(d.cpu(), torch::full({3}, rank % 2 == 0 ? 4.0f : 6.0f))) << "data-group SUM: " << d;
 
-  auto gathered = dist::all_gather(torch::full({2}, static_cast<float>(10 * rank)), my_tp);
+  auto gathered = dist::all_gather(torch::full({2}, static_cast<float>(10 * rank), on_rank()), my_tp);
   ASSERT_EQ(gathered.size(), 2u);
+  EXPECT_EQ(gathered[0].device(), dist::device()) << "all_gather returns tensors where the rank computes";
   for (int i = 0; i < 2; ++i)
-    EXPECT_TRUE(torch::equal(gathered[i], torch::full({2}, static_cast<float>(10 * my_tp.ranks()[i]))))
+    EXPECT_TRUE(torch::equal(gathered[i].cpu(), torch::full({2}, static_cast<float>(10 * my_tp.ranks()[i]))))
         << "all_gather slot " << i << ": " << gathered[i];
 
-  auto b = torch::full({4}, static_cast<float>(rank));
+  auto b = torch::full({4}, static_cast<float>(rank), on_rank());
   dist::broadcast(b, /*group rank*/ 1, my_dp);  // from world rank 2 or 3
-  EXPECT_TRUE(torch::equal(b, torch::full({4}, static_cast<float>(my_dp.ranks()[1])))) << "group broadcast: " << b;
+  EXPECT_TRUE(torch::equal(b.cpu(), torch::full({4}, static_cast<float>(my_dp.ranks()[1])))) << "group broadcast: " << b;
 
   // Group ranks for messages: group rank 0 sends to group rank 1 in each data group.
-  auto msg = torch::full({6}, static_cast<float>(rank));
+  auto msg = torch::full({6}, static_cast<float>(rank), on_rank());
   if (my_dp.rank() == 0)
     dist::send_async(msg, 1, 0, my_dp).wait();
   else
     dist::recv_async(msg, 0, 0, my_dp).wait();
-  EXPECT_TRUE(torch::equal(msg, torch::full({6}, static_cast<float>(rank % 2)))) << "group send/recv: " << msg;
+  EXPECT_TRUE(torch::equal(msg.cpu(), torch::full({6}, static_cast<float>(rank % 2)))) << "group send/recv: " << msg;
 
   // Counters per group, and the process's totals over all of them.
   EXPECT_EQ(my_tp.counters().all_reduce_calls, 1);
@@ -282,6 +291,8 @@ TEST(DistRankHelper, Run) {
   dist::init_process_group("gloo", rank, W);
   ASSERT_EQ(dist::get_rank(), rank);
   ASSERT_EQ(dist::get_world_size(), W);
+  const char* gloo_device = std::getenv("KIT_GLOO_DEVICE");
+  ASSERT_EQ(dist::device().is_cuda(), gloo_device && std::string(gloo_device) == "cuda") << dist::device();
   if (role == "collectives") {
     helper_collectives(rank, W);
   } else if (role == "subgroups") {
@@ -346,6 +357,18 @@ TEST(DistAcrossProcesses, SubgroupsCommunicateAmongTheirMembersOnly) {
   kit_test::TempDir dir("subgroups");
   RankRun run = run_ranks(4, "subgroups", {{"KIT_DIST_TIMEOUT", "30"}}, dir, 90);
   for (int r = 0; r < 4; ++r) EXPECT_EQ(run.exitcodes[r], 0) << "rank " << r << " failed:" << logs_of(run);
+}
+
+TEST(DistAcrossProcesses, GlooRanksShareOneGpuThroughHostMemory) {
+  // The multi-rank paths on a machine with one GPU: every rank computes on it, and each
+  // collective and message goes through a host copy (dist.h, KIT_GLOO_DEVICE).
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "needs a CUDA GPU (KIT_GLOO_DEVICE=cuda)";
+  for (const auto& [role, world] : std::vector<std::pair<std::string, int>>{{"collectives", 2}, {"subgroups", 4}}) {
+    kit_test::TempDir dir("gloo_gpu");
+    RankRun run = run_ranks(world, role, {{"KIT_DIST_TIMEOUT", "30"}, {"KIT_GLOO_DEVICE", "cuda"}}, dir, 90);
+    for (int r = 0; r < world; ++r)
+      EXPECT_EQ(run.exitcodes[r], 0) << role << ", rank " << r << " failed:" << logs_of(run);
+  }
 }
 
 TEST(DistAcrossProcesses, AStalledGroupMemberTimesOutNamingTheGroup) {
@@ -595,6 +618,29 @@ TEST(CudaDevice, ComesFromWhatTheTaskSees) {
   const std::string none = kit_test::error_of([] { kit::dist::cuda_device_for(0, 0, 0); });
   EXPECT_NE(none.find("sees none"), std::string::npos) << none;
   EXPECT_NE(none.find("--backend gloo"), std::string::npos) << none;
+}
+
+TEST(GlooDevice, ComesFromKitGlooDevice) {
+  EXPECT_EQ(kit::dist::gloo_device(nullptr, 3, 2), torch::Device(torch::kCPU)) << "unset: the CPU";
+  EXPECT_EQ(kit::dist::gloo_device("", 0, 1), torch::Device(torch::kCPU));
+  EXPECT_EQ(kit::dist::gloo_device("cpu", 1, 1), torch::Device(torch::kCPU));
+  EXPECT_EQ(kit::dist::gloo_device("cuda", 0, 1), torch::Device(torch::kCUDA, 0));
+  EXPECT_EQ(kit::dist::gloo_device("cuda", 3, 1), torch::Device(torch::kCUDA, 0)) << "four ranks, one GPU";
+  EXPECT_EQ(kit::dist::gloo_device("cuda", 3, 2), torch::Device(torch::kCUDA, 1)) << "local rank mod GPUs";
+  const std::string bad = kit_test::error_of([] { kit::dist::gloo_device("gpu", 0, 1); });
+  EXPECT_NE(bad.find("KIT_GLOO_DEVICE='gpu' is neither cpu nor cuda"), std::string::npos) << bad;
+  const std::string none = kit_test::error_of([] { kit::dist::gloo_device("cuda", 0, 0); });
+  EXPECT_NE(none.find("sees no CUDA GPU"), std::string::npos) << none;
+}
+
+TEST(GlooDevice, ABadValueIsAnErrorBeforeTheRendezvous) {
+  EnvGuard env(kLaunchVars);
+  env.set("KIT_GLOO_DEVICE", "gpu");
+  env.set("KIT_DIST_TIMEOUT", "20");
+  // Port 1 serves nothing: reaching the rendezvous would be a different error, later.
+  const std::string msg = kit_test::error_of([] { dist::init_process_group("gloo", 0, 1, "127.0.0.1", 1); });
+  EXPECT_NE(msg.find("KIT_GLOO_DEVICE='gpu'"), std::string::npos) << msg;
+  EXPECT_FALSE(dist::is_initialized());
 }
 
 TEST(DetectWorld, SrunStep) {
