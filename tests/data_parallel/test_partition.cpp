@@ -160,6 +160,7 @@ TEST(DataPartitioner, RejectsSizesAboveOneAndMissingPartitions) {
     out.outcome("use(2)", [&] { p.use(2); });
     out.outcome("use(-1)", [&] { p.use(-1); });
     out.outcome("use(0).get(5)", [&] { p.use(0).get(5); });
+    out.outcome("use(0).get(-1)", [&] { p.use(0).get(-1); });
   });
   if (!judge::judging()) return;
   expect_kit_error(got, "{0.6, 0.5}", "sizes adding up to 1.1");
@@ -168,6 +169,7 @@ TEST(DataPartitioner, RejectsSizesAboveOneAndMissingPartitions) {
   expect_kit_error(got, "use(2)", "partition 2 of 2");
   expect_kit_error(got, "use(-1)", "partition -1");
   expect_kit_error(got, "use(0).get(5)", "item 5 of a 5-item partition");
+  expect_kit_error(got, "use(0).get(-1)", "item -1 of a 5-item partition");
 }
 
 // The judge's reading of one outcome: a kit::Error whose message says something.

@@ -7,12 +7,15 @@
 // case's subject part records what the student's code served; the checks are the judge's.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
+#include <numeric>
 #include <memory>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "data/splitmix64.h"
 #include "data_parallel/dataset.h"
 #include "data_parallel/partition_test_util.h"
 #include "judge/judge.h"
@@ -70,6 +73,48 @@ void expect_equal_shares(int64_t n, int world, uint64_t seed) {
 TEST(HiddenDataPartitioner, WorldSize3Of100Seed99) { expect_equal_shares(100, 3, 99); }
 TEST(HiddenDataPartitioner, WorldSize4Of103Seed99) { expect_equal_shares(103, 4, 99); }
 TEST(HiddenDataPartitioner, WorldSize5Of57Seed2024) { expect_equal_shares(57, 5, 2024); }
+
+// Nine and eleven equal shares of 1/9 and 1/11 add up to 1.0000000000000002 in doubles:
+// still a valid split of the whole dataset, not "sizes above 1".
+TEST(HiddenDataPartitioner, WorldSize9Of100Seed5) { expect_equal_shares(100, 9, 5); }
+TEST(HiddenDataPartitioner, WorldSize11Of60Seed5) { expect_equal_shares(60, 11, 5); }
+
+// The order the handout names: the positions 0..n-1 shuffled by shuffle_in_place with
+// SplitMix64(seed) (data/splitmix64.h), the same on every machine and standard library
+// (std::shuffle's is implementation-defined), cut in consecutive floor(size * n) slices.
+TEST(HiddenDataPartitioner, TheOrderIsSplitMix64sShuffleOfThePositions) {
+  const int64_t n = 50;
+  const std::vector<double> sizes{0.5, 0.3, 0.2};
+  const judge::Record got = judge::subject([&](judge::Record& out) {
+    kit::DataPartitioner seeded(fake(n), sizes, 77);
+    kit::DataPartitioner by_default(fake(n), sizes);
+    std::vector<std::vector<int64_t>> a, b;
+    for (int64_t k = 0; k < std::min<int64_t>(3, seeded.num_partitions()); ++k) a.push_back(values_of(seeded.use(k)));
+    for (int64_t k = 0; k < std::min<int64_t>(3, by_default.num_partitions()); ++k)
+      b.push_back(values_of(by_default.use(k)));
+    out.put("seed 77", a);
+    out.put("default seed (1234)", b);
+  });
+  if (!judge::judging()) return;
+  for (const auto& [key, seed] : std::vector<std::pair<std::string, uint64_t>>{{"seed 77", 77}, {"default seed (1234)", 1234}}) {
+    std::vector<int64_t> positions(static_cast<size_t>(n));
+    std::iota(positions.begin(), positions.end(), int64_t{0});
+    kit::SplitMix64 rng(seed);
+    kit::shuffle_in_place(positions, rng);
+    const auto parts = got.get<std::vector<std::vector<int64_t>>>(key);
+    ASSERT_EQ(parts.size(), 3u) << key;
+    size_t begin = 0;
+    for (size_t k = 0; k < 3; ++k) {
+      const size_t len = std::vector<size_t>{25, 15, 10}[k];
+      std::vector<int64_t> want;
+      for (size_t i = begin; i < begin + len; ++i) want.push_back(kIndexBase + positions[i]);
+      begin += len;
+      EXPECT_EQ(parts[k], want) << key << ", partition " << k << " of {0.5, 0.3, 0.2} of " << n
+                                << ": shuffle the positions with SplitMix64 rng(seed); shuffle_in_place(positions, "
+                                   "rng); (not std::shuffle) and cut consecutive slices";
+    }
+  }
+}
 
 TEST(HiddenDataPartitioner, OrderDependsOnTheSeed) {
   const int64_t n = 61;
@@ -137,6 +182,7 @@ TEST(HiddenPartitionDataset, WorldSize3Of100Batch6) { expect_rank_loaders(100, 3
 TEST(HiddenPartitionDataset, WorldSize4Of103Batch12) { expect_rank_loaders(103, 4, 12); }
 TEST(HiddenPartitionDataset, WorldSize5Of57Batch10) { expect_rank_loaders(57, 5, 10); }
 // The smallest global batch: one example per rank (a positive multiple of the world size).
+TEST(HiddenPartitionDataset, WorldSize9Of100Batch18) { expect_rank_loaders(100, 9, 18); }
 TEST(HiddenPartitionDataset, OneProcessWithABatchOfOne) { expect_rank_loaders(10, 1, 1); }
 TEST(HiddenPartitionDataset, OneExamplePerRankOnThreeRanks) { expect_rank_loaders(31, 3, 3); }
 
