@@ -120,10 +120,12 @@ TEST(GPT2Pipeline, PipeHoldsTheModelsOwnBlocksOnTheirStages) {
   // them, e.g. a copy) and the pipe's devices next to the stages'.
   const judge::Record got = judge::subject([&](judge::Record& out) {
     GPT2ModelParallel mp(model, cpu_stages(2));
-    mp.prepare_pipeline_parallel(2, 1);
+    mp.prepare_pipeline_parallel(3, 2);
     out.put("pipelined", mp.pipeline_parallel());
     if (!mp.pipeline_parallel()) return;
     const auto& pipe = mp.pipe();
+    out.put("split_size", pipe->split_size());
+    out.put("threads_per_worker", static_cast<int64_t>(pipe->workers().threads_per_worker()));
     std::vector<std::vector<int64_t>> blocks;
     for (const auto& part : pipe->partitions()) {
       std::vector<int64_t> which;
@@ -145,6 +147,10 @@ TEST(GPT2Pipeline, PipeHoldsTheModelsOwnBlocksOnTheirStages) {
   });
   if (!judge::judging()) return;
   ASSERT_TRUE(got.get<bool>("pipelined"));
+  EXPECT_EQ(got.get<int64_t>("split_size"), 3) << "prepare_pipeline_parallel(3, 2): the pipe's micro-batches are "
+                                                  "split_size rows (pass it on to Pipe)";
+  EXPECT_EQ(got.get<int64_t>("threads_per_worker"), 2)
+      << "prepare_pipeline_parallel(3, 2): each stage's worker runs threads_per_stage threads (pass it on to Pipe)";
   const auto blocks = got.get<std::vector<std::vector<int64_t>>>("blocks");
   ASSERT_EQ(blocks.size(), 2u) << "4 blocks on 2 stages: two partitions of 2 consecutive blocks";
   const auto devices = got.get<std::vector<std::string>>("devices");

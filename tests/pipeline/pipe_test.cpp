@@ -314,6 +314,33 @@ TEST(PipeErrors, ExceptionInTheFirstStageOnTheFirstClock) {
   EXPECT_NE(status.find("no input accepted"), std::string::npos) << "got: " << status;
 }
 
+// Two steps of one clock fail: compute re-throws the error of the clock's first step (the
+// first it collects), not the last one it saw, and still collects every result.
+TEST(PipeErrors, TwoFailuresInOneClockReThrowTheFirstStepsError) {
+  torch::nn::Sequential seq(
+      WithDevice(Probe([](const torch::Tensor&) { throw Error("stage 0 failed"); }), stage(0)),
+      WithDevice(Probe([](const torch::Tensor&) { throw Error("stage 1 failed"); }), stage(1)),
+      WithDevice(Affine(1, 0), stage(2)));
+  const judge::Record got = judge::subject([&](judge::Record& out) {
+    Pipe pipe(seq, 1, 1);
+    std::vector<torch::Tensor> batches = {torch::zeros({1, 1}, torch::kFloat64), torch::ones({1, 1}, torch::kFloat64)};
+    // Micro-batch 1 on stage 0 first, micro-batch 0 on stage 1 second.
+    out.put("status", run_with_timeout([&] { pipe->compute(batches, {Step{1, 0}, Step{0, 1}}); }, kHangSeconds));
+    // The clock after: stage 2 alone, which must not see a result left over from the failed one.
+    std::vector<torch::Tensor> next = {torch::full({1, 1}, 7.0, torch::kFloat64)};
+    out.put("status_after", run_with_timeout([&] { pipe->compute(next, {Step{0, 2}}); }, kHangSeconds));
+    out.put("after", next[0]);
+  });
+  if (!judge::judging()) return;
+  const std::string status = got.get<std::string>("status");
+  ASSERT_NE(status, "timeout") << "compute hung after two steps of a clock threw";
+  EXPECT_NE(status.find("stage 0 failed"), std::string::npos)
+      << "the clock's first step (micro-batch 1 on stage 0) failed first in the clock: its error is the one to "
+         "re-throw, not the last one collected; got: " << status;
+  ASSERT_EQ(got.get<std::string>("status_after"), "");
+  EXPECT_LE(max_abs_diff(got.get<torch::Tensor>("after"), torch::full({1, 1}, 7.0, torch::kFloat64)), kTol);
+}
+
 TEST(PipeErrors, BadArgumentsAreRejected) {
   torch::nn::Sequential seq(WithDevice(Affine(1, 0), stage(0)));
   // One stage index cannot be two devices.
