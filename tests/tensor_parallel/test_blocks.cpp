@@ -8,6 +8,10 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <cmath>
+#include <limits>
+#include <vector>
+
 #include "model/gpt2.h"
 #include "tensor_parallel/blocks.h"
 #include "tp_test_util.h"
@@ -131,8 +135,9 @@ TP_SUBJECT(parallel_block_subgroups) {
 // Dropout on (p = 0.5): in eval mode the parallel layer still equals the full one (a dropout
 // that ignores the mode fails); in training, attention's dropout acts on the probabilities
 // (the output changes) and the residual dropout after the all-reduce (about half the output
-// exactly zero: a dropout before the sum zeroes only where every rank dropped). The masks
-// themselves are each rank's own draw, so only these properties can be compared.
+// exactly zero: a dropout before the sum zeroes only where every rank dropped). The masks are
+// each rank's own draw from a known generator state, so the judge draws them too and
+// compares attention's training output exactly (attention_with_rank_dropout).
 double zero_fraction(const torch::Tensor& y) { return (y == 0).to(torch::kFloat64).mean().item<double>(); }
 
 kit::GPT2Config dropout_config() {
@@ -149,6 +154,29 @@ torch::Tensor eval_input() {
 torch::Tensor training_input() {
   torch::manual_seed(8);
   return torch::randn({kB, kT, tp_test::tiny_config().n_embd});
+}
+
+// What ParallelAttention in training must give with attn_dropout at p = 0.5 (and no residual
+// dropout) on t ranks, computed whole: the full layer's attention probabilities, rank q's heads
+// (q*H/t .. (q+1)*H/t) dropped as rank q's RegionDropout drops them (dropout_per_rank from the
+// generator state torch::manual_seed(kAttnDropoutSeed) leaves, as each rank's call starts from),
+// then the values and the output projection.
+constexpr uint64_t kAttnDropoutSeed = 19;
+torch::Tensor attention_with_rank_dropout(kit::CausalSelfAttentionImpl& full, const torch::Tensor& x, int64_t t) {
+  torch::NoGradGuard no_grad;
+  const int64_t B = x.size(0), T = x.size(1), C = x.size(2), H = full.n_head(), hs = C / H;
+  auto qkv = full.c_attn(x).split(C, 2);
+  auto heads = [&](const torch::Tensor& u) { return u.view({B, T, H, hs}).transpose(1, 2); };
+  auto att = torch::matmul(heads(qkv[0]), heads(qkv[1]).transpose(-2, -1)) / std::sqrt(static_cast<double>(hs));
+  att = att.masked_fill(torch::ones({T, T}, torch::kBool).triu(1), -std::numeric_limits<float>::infinity());
+  const torch::Tensor probs = torch::softmax(att, -1);
+  std::vector<torch::Tensor> dropped;
+  for (int64_t q = 0; q < t; ++q) {
+    torch::manual_seed(kAttnDropoutSeed);
+    dropped.push_back(tp::dropout_per_rank(probs.narrow(1, q * H / t, H / t).contiguous(), 0.5, true, q));
+  }
+  const auto y = torch::matmul(torch::cat(dropped, 1), heads(qkv[2])).transpose(1, 2).contiguous().view({B, T, C});
+  return full.c_proj(y);
 }
 
 // Subject: builds the full layer and the parallel one with dropout 0.5 (seed 3), records the
@@ -199,6 +227,7 @@ TP_SUBJECT(dropout_layers) {
         par->resid_dropout->options.p(0.0);  // attention's dropout alone
         const torch::Tensor eval_y = [&] { par->eval(); auto y = par(x); par->train(); return y; }();
         out.put("attention.training_eval_y", eval_y);
+        torch::manual_seed(kAttnDropoutSeed);  // the state the judge's expected masks start from
         out.put("attention.attn_dropout_y", par(x));
         par->attn_dropout->options.p(0.0);  // the residual dropout alone
         par->resid_dropout->options.p(0.5);
@@ -245,6 +274,15 @@ TEST(TPBlock, DropoutActsInTrainingOnlyAndAfterTheAllReduce) {
                            << "attention in training with attn_dropout at p = 0.5 gave its eval output, "
                               "rank "
                            << r << ": the attention probabilities were not dropped";
+                       torch::manual_seed(3);
+                       kit::CausalSelfAttention full(dropout_config());
+                       EXPECT_TRUE(close(got.get<torch::Tensor>("attention.attn_dropout_y"),
+                                         attention_with_rank_dropout(*full, training_input(), n)))
+                           << "attention in training with attn_dropout at p = 0.5, rank " << r << " of " << n
+                           << ": not the full attention with each rank's heads dropped by its own RegionDropout. "
+                              "attn_dropout acts on this rank's attention probabilities (after the softmax, "
+                              "before the values), through the layer's RegionDropout (each rank its own mask; "
+                              "torch::dropout would drop every rank's heads alike)";
                        expect_output_dropout(zero_fraction(got.get<torch::Tensor>("attention.resid_dropout_y")), r, n,
                                              "attention");
                        expect_eval_equals_full<kit::MLP>(got, r, n, "mlp.", "MLP");

@@ -104,6 +104,33 @@ TP_SUBJECT(column_parallel_linear) { column_parallel(group, /*gather=*/false, ou
 TP_SUBJECT(column_parallel_linear_gathered) { column_parallel(group, /*gather=*/true, out, "gathered."); }
 TP_SUBJECT(row_parallel_linear) { row_parallel(group, out, "row."); }
 
+// Both layers built without a bias (bias = false: the bias is undefined), as a layer before a
+// LayerNorm is: the output and gradients of a Linear without bias.
+TP_SUBJECT(linear_without_bias) {
+  const int64_t r = group.rank(), t = group.size();
+  torch::manual_seed(2);
+  torch::nn::Linear full(torch::nn::LinearOptions(kIn, kOut).bias(false));
+  const Reference ref = inputs();  // its x and G
+  tp::ColumnParallelLinear col(kIn, kOut, group, /*bias=*/false, /*gather_output=*/true);
+  col->load_full(full->weight, torch::Tensor());
+  auto x = ref.x.clone().requires_grad_(true);
+  out.outcome("column", [&] {
+    auto y = col(x);
+    out.put("column.y", y);
+    (y * ref.G).sum().backward();
+    out.put("column.weight_grad", col->weight.grad());
+  });
+  tp::RowParallelLinear row(kIn, kOut, group, /*bias=*/false);
+  row->load_full(full->weight, torch::Tensor());
+  auto xr = ref.x.narrow(-1, r * (kIn / t), kIn / t).clone().requires_grad_(true);
+  out.outcome("row", [&] {
+    auto y = row(xr);
+    out.put("row.y", y);
+    (y * ref.G).sum().backward();
+    out.put("row.weight_grad", row->weight.grad());
+  });
+}
+
 TP_SUBJECT(linear_sizes_not_divisible) {  // t = 2
   out.outcome("column_7", [&] { tp::ColumnParallelLinear(kIn, 7, group); });
   out.outcome("row_7", [&] { tp::RowParallelLinear(7, kOut, group); });
@@ -140,6 +167,32 @@ TEST(TPLinear, BothLayersOnTensorGroupsSmallerThanTheWorld) {
                        check_column_parallel(got, w / 2, 2, false, "column.");
                        check_column_parallel(got, w / 2, 2, true, "gathered.");
                        check_row_parallel(got, w / 2, 2, "row.");
+                     });
+}
+
+TEST(TPLinear, BothLayersWithoutABiasEqualALinearWithoutOne) {
+  tp_test::for_ranks({1, 2, 4}, "linear_without_bias", "column and row parallel linear with bias = false",
+                     [](const judge::Record& got, int r, int n) {
+                       torch::manual_seed(2);
+                       torch::nn::Linear full(torch::nn::LinearOptions(kIn, kOut).bias(false));
+                       const Reference ref = inputs();
+                       auto x = ref.x.clone().requires_grad_(true);
+                       const auto y = full(x);
+                       (y * ref.G).sum().backward();
+                       for (const char* which : {"column", "row"}) {
+                         const auto o = got.get<judge::Outcome>(which);
+                         ASSERT_FALSE(o.threw()) << which << "-parallel layer without a bias (its bias undefined), "
+                                                 << "rank " << r << " of " << n << ": " << o.describe();
+                         EXPECT_TRUE(close(got.get<torch::Tensor>(std::string(which) + ".y"), y))
+                             << which << "-parallel output without a bias, rank " << r << " of " << n;
+                       }
+                       const int64_t out_part = kOut / n, in_part = kIn / n;
+                       EXPECT_TRUE(close(got.get<torch::Tensor>("column.weight_grad"),
+                                         full->weight.grad().narrow(0, r * out_part, out_part)))
+                           << "column-parallel weight gradient without a bias, rank " << r;
+                       EXPECT_TRUE(close(got.get<torch::Tensor>("row.weight_grad"),
+                                         full->weight.grad().narrow(1, r * in_part, in_part)))
+                           << "row-parallel weight gradient without a bias, rank " << r;
                      });
 }
 
