@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cmath>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "judge/judge.h"
@@ -63,7 +64,14 @@ Latency random_table(std::mt19937& rng, int64_t L, bool bumpy) {
     for (int64_t c = 0; l + c <= L; ++c)
       table[l][c] = bumpy ? 0.1 + 3 * u(rng) * l / static_cast<double>(L) + (u(rng) < 0.3 ? 2 * u(rng) : 0)
                           : a + b * l + g * l * c;
-  return [table](int64_t l, int64_t c) { return table[static_cast<size_t>(l)][static_cast<size_t>(c)]; };
+  // Defined where slicing.h says the DP may ask (1 <= l, 0 <= c, l + c <= L), as a profile
+  // measured on those points is: anywhere else is the DP's bug, a kit::Error here.
+  return [table, L](int64_t l, int64_t c) {
+    if (l < 1 || c < 0 || l + c > L)
+      throw kit::Error("t(" + std::to_string(l) + ", " + std::to_string(c) + ") asked on L = " + std::to_string(L) +
+                       " tokens: optimal_slicing may call t only for 1 <= l, 0 <= c, l + c <= L");
+    return table[static_cast<size_t>(l)][static_cast<size_t>(c)];
+  };
 }
 
 // One DP problem: L tokens, K stages, a latency table, and its name in messages.
