@@ -171,27 +171,38 @@ auto recomputed_and_plain(const Run& run, const std::string& what) {
 // One block (dropout inside), a fixed weighting of its output as the loss. Between the forward
 // and the backward something else draws random numbers (another micro-batch's forward), and
 // after the backward the test draws some more: those must be what they are without recompute.
-BlockRun run_one_block(bool with_recompute) {
+// `precision` BF16: the block in float32 under bf16 autocast on the CPU (--precision bf16):
+// the forward runs its matrix products in bf16, the backward outside autocast, as the
+// programs do. FP32 means the float64 block here (exact comparisons).
+BlockRun run_one_block_in(bool with_recompute, kit::Precision precision) {
+  const bool bf16 = precision == kit::Precision::BF16;
+  const auto type = bf16 ? torch::kFloat32 : torch::kFloat64;
   kit::GPT2 full = rc_model(1);
+  full->to(type);
   kit::Block block(full->h->ptr<kit::BlockImpl>(0));
   block->train();
   torch::manual_seed(kRcSeed + 2);
-  const torch::Tensor x = torch::randn({kRcBatch, kRcSeqLen, full->config().n_embd}, torch::kFloat64).requires_grad_(true);
+  const torch::Tensor x = torch::randn({kRcBatch, kRcSeqLen, full->config().n_embd}, type).requires_grad_(true);
   const torch::Tensor weight = torch::randn_like(x);
   kit::BlockImpl* b = block.get();
   const kit::pp::BlockFn fn = [b](const torch::Tensor& in) { return b->forward(in); };
   torch::manual_seed(kRcSeed + 3);
-  const torch::Tensor y = with_recompute ? kit::pp::recompute(fn, x) : fn(x);
-  const torch::Tensor meanwhile = torch::rand({16}, torch::kFloat64);  // another forward's draws
-  (y * weight).sum().backward();
+  torch::Tensor y;
+  {
+    kit::Autocast autocast(precision, c10::DeviceType::CPU);
+    y = with_recompute ? kit::pp::recompute(fn, x) : fn(x);
+  }
+  const torch::Tensor meanwhile = torch::rand({16}, type);  // another forward's draws
+  (y.to(type) * weight).sum().backward();
   BlockRun r;
-  r.out = y.detach().clone();
+  r.out = y.detach().to(type).clone();
   r.x_grad = x.grad().defined() ? x.grad().clone() : torch::Tensor();
-  r.after = torch::rand({16}, torch::kFloat64);
+  r.after = torch::rand({16}, type);
   r.grads = grads_of(*block);
   (void)meanwhile;
   return r;
 }
+BlockRun run_one_block(bool with_recompute) { return run_one_block_in(with_recompute, kit::Precision::FP32); }
 
 TEST(Recompute, OneBlockGradientsEqualWithDropout) {
   const auto both = recomputed_and_plain(run_one_block, "recompute of one block");
@@ -247,38 +258,13 @@ TEST(Recompute, TwoBackwardsThroughAKeptGraphGiveTheSameGradients) {
       << "again), not on the saved tensor itself, whose .grad keeps what the last backward left";
 }
 
-// run_one_block in float32 under bf16 autocast on the CPU (--precision bf16): the forward
-// runs its matrix products in bf16, the backward outside autocast, as the programs do. The
-// recomputation must run the block as its first forward ran (autocast's setting travels with
-// the generators' states, save_generators): run again in fp32 it keeps other activations,
-// and the gradients move by bf16's rounding, about 1e-3 of their scale.
-BlockRun run_one_block_bf16(bool with_recompute) {
-  kit::GPT2 full = rc_model(1);
-  full->to(torch::kFloat32);
-  kit::Block block(full->h->ptr<kit::BlockImpl>(0));
-  block->train();
-  torch::manual_seed(kRcSeed + 2);
-  const torch::Tensor x = torch::randn({kRcBatch, kRcSeqLen, full->config().n_embd}).requires_grad_(true);
-  const torch::Tensor weight = torch::randn_like(x);
-  kit::BlockImpl* b = block.get();
-  const kit::pp::BlockFn fn = [b](const torch::Tensor& in) { return b->forward(in); };
-  torch::manual_seed(kRcSeed + 3);
-  torch::Tensor y;
-  {
-    kit::Autocast bf16(kit::Precision::BF16, c10::DeviceType::CPU);
-    y = with_recompute ? kit::pp::recompute(fn, x) : fn(x);
-  }
-  (y.to(torch::kFloat32) * weight).sum().backward();
-  BlockRun r;
-  r.out = y.detach().to(torch::kFloat32).clone();
-  r.x_grad = x.grad().defined() ? x.grad().clone() : torch::Tensor();
-  r.after = torch::rand({16});
-  r.grads = grads_of(*block);
-  return r;
-}
-
+// run_one_block under bf16 autocast: the recomputation must run the block as its first
+// forward ran (autocast's setting travels with the generators' states, save_generators): run
+// again in fp32 it keeps other activations, and the gradients move by bf16's rounding, about
+// 1e-3 of their scale.
 TEST(Recompute, UnderBf16AutocastTheBlockRunsAgainAsItFirstRan) {
-  const auto both = recomputed_and_plain(run_one_block_bf16, "recompute of one block under bf16 autocast");
+  const auto both = recomputed_and_plain([](bool r) { return run_one_block_in(r, kit::Precision::BF16); },
+                                         "recompute of one block under bf16 autocast");
   if (!both) return;
   const auto& [rec, plain] = *both;
   ASSERT_TRUE(rec.out.defined() && rec.x_grad.defined()) << "no output or no input gradient under autocast";
