@@ -74,10 +74,10 @@ struct RankRun {
 };
 
 // Starts `world` copies of this program running DistRankHelper.Run with `role`, meeting
-// at a store this process serves, and waits for rank 0 (then stops the others, when
-// `stop_others_after_rank0`) or for all of them.
+// at a store this process serves, and waits for all of them, or for ranks 0 .. stop_after - 1
+// and then stops the others (a rank kept alive only to stall its peers).
 RankRun run_ranks(int world, const std::string& role, const std::vector<std::pair<std::string, std::string>>& extra,
-                  const kit_test::TempDir& dir, double timeout_s, bool stop_others_after_rank0 = false) {
+                  const kit_test::TempDir& dir, double timeout_s, int stop_after = 0) {
   kit::RendezvousServer server(0);
   std::vector<kit::Process> procs;
   RankRun out;
@@ -97,8 +97,8 @@ RankRun run_ranks(int world, const std::string& role, const std::vector<std::pai
   const auto t0 = Clock::now();
   for (auto& p : procs) p.start();
   const auto deadline = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
-  if (stop_others_after_rank0) {
-    procs[0].join_for(deadline);
+  if (stop_after > 0) {
+    for (int r = 0; r < stop_after; ++r) procs[static_cast<size_t>(r)].join_for(deadline);
     for (auto& p : procs) p.kill(SIGKILL);
   }
   for (auto& p : procs) {
@@ -127,11 +127,11 @@ std::string logs_of(const RankRun& run) {
 // "rank R connected" -- the property itself is judged only on a run where all of them did.
 RankRun run_ranks_connected(int world, const std::string& role,
                             const std::vector<std::pair<std::string, std::string>>& extra, const kit_test::TempDir& dir,
-                            double timeout_s, bool stop_others_after_rank0, const std::vector<int>& must_connect,
+                            double timeout_s, int stop_after, const std::vector<int>& must_connect,
                             int attempts = 3) {
   RankRun run;
   for (int a = 1; a <= attempts; ++a) {
-    run = run_ranks(world, role, extra, dir, timeout_s, stop_others_after_rank0);
+    run = run_ranks(world, role, extra, dir, timeout_s, stop_after);
     bool connected = true;
     for (int r : must_connect)
       connected = connected && run.logs[r].find("rank " + std::to_string(r) + " connected") != std::string::npos;
@@ -377,7 +377,7 @@ TEST(DistAcrossProcesses, AStalledGroupMemberTimesOutNamingTheGroup) {
   // and once past 5 s: so the ranks are started again when they did not connect.
   kit_test::TempDir dir("stall_group");
   RankRun run = run_ranks_connected(4, "stalled_group_peer", {{"KIT_DIST_TIMEOUT", "5"}}, dir, 60,
-                                    /*stop_others_after_rank0=*/false, {0, 1, 2, 3});
+                                    /*stop_after=*/3, {0, 1, 2, 3});
   for (int r : {0, 1, 2}) EXPECT_EQ(run.exitcodes[r], 0) << "rank " << r << ":" << logs_of(run);
   EXPECT_NE(run.logs[2].find("stalled group member noticed after"), std::string::npos) << logs_of(run);
   EXPECT_LT(run.seconds, 30) << "a 5 s timeout took " << run.seconds << " s" << logs_of(run);
@@ -393,7 +393,7 @@ TEST(DistAcrossProcesses, ADeadPeerIsAnErrorWithinSeconds) {
 TEST(DistAcrossProcesses, AStalledPeerTimesOutAfterKitDistTimeout) {
   kit_test::TempDir dir("stall");
   RankRun run = run_ranks_connected(2, "stalled_peer", {{"KIT_DIST_TIMEOUT", "2"}}, dir, 60,
-                                    /*stop_others_after_rank0=*/true, {0, 1});
+                                    /*stop_after=*/1, {0, 1});
   EXPECT_EQ(run.exitcodes[0], 0) << logs_of(run);
   EXPECT_LT(run.seconds, 20) << "a 2 s timeout took " << run.seconds << " s" << logs_of(run);
 }
