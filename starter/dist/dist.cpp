@@ -195,8 +195,6 @@ void copy_back(const torch::Tensor& dst, const torch::Tensor& src) {
   dst.copy_(src);
 }
 
-bool staged_through_host();  // below, once World is known
-
 // The buffer c10d is given for `t`: `t` itself, or on a Gloo rank on a GPU its host copy
 // (c10d's Gloo sends and receives host memory only; the result is copied back).
 torch::Tensor on_host_if_staged(const torch::Tensor& t) {
@@ -361,6 +359,14 @@ int cuda_device_for(int rank, int local_rank, int visible_gpus) {
               "(srun --gpus-per-task=1).");
 }
 
+// This process's rank on its node: LOCAL_RANK (torchrun, the kit's launcher), SLURM_LOCALID
+// (srun), else its rank (one node).
+namespace {
+[[maybe_unused]] int local_rank_of(int rank) {
+  return std::stoi(env_or("LOCAL_RANK", env_or("SLURM_LOCALID", std::to_string(rank))));
+}
+}  // namespace
+
 torch::Device gloo_device(const char* value, int local_rank, int visible_gpus) {
   const std::string v = value ? value : "";
   if (v.empty() || v == "cpu") return torch::kCPU;
@@ -406,8 +412,8 @@ void init_process_group(const std::string& backend, int rank, int world_size, co
   for (const auto& b : available_backends()) known += (known.empty() ? "" : ", ") + b;
   if (backend == "gloo") {
 #if KIT_HAVE_GLOO
-    const int local = std::stoi(env_or("LOCAL_RANK", env_or("SLURM_LOCALID", std::to_string(rank))));
-    g->device = gloo_device(std::getenv("KIT_GLOO_DEVICE"), local, static_cast<int>(torch::cuda::device_count()));
+    g->device = gloo_device(std::getenv("KIT_GLOO_DEVICE"), local_rank_of(rank),
+                            static_cast<int>(torch::cuda::device_count()));
     g->store = connect_store(master_addr, master_port, rank, world_size, g->timeout);
     auto opts = c10d::ProcessGroupGloo::Options::create(g->timeout);
     // Which network interface Gloo talks on: GLOO_SOCKET_IFNAME when set (as in PyTorch),
@@ -436,8 +442,7 @@ void init_process_group(const std::string& backend, int rank, int world_size, co
 #endif
   } else if (backend == "nccl") {
 #if KIT_HAVE_NCCL
-    const int local = std::stoi(env_or("LOCAL_RANK", env_or("SLURM_LOCALID", std::to_string(rank))));
-    const int index = cuda_device_for(rank, local, static_cast<int>(torch::cuda::device_count()));
+    const int index = cuda_device_for(rank, local_rank_of(rank), static_cast<int>(torch::cuda::device_count()));
     c10::cuda::set_device(static_cast<c10::DeviceIndex>(index));
     g->device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(index));
     // Blocking wait makes Work::wait() honour the timeout instead of waiting forever.
