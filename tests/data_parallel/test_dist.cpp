@@ -22,6 +22,7 @@
 #include "dist/dist.h"
 #include "dist/launch.h"
 #include "process_harness.h"
+#include "env_guard.h"
 #include "error_of.h"
 #include "kit/errors.h"
 
@@ -32,30 +33,7 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-// Sets environment variables for one test and restores them afterwards.
-class EnvGuard {
- public:
-  explicit EnvGuard(std::vector<std::string> names) : names_(std::move(names)) {
-    for (const auto& n : names_) {
-      const char* v = std::getenv(n.c_str());
-      saved_[n] = v ? std::optional<std::string>(v) : std::nullopt;
-      ::unsetenv(n.c_str());
-    }
-  }
-  void set(const std::string& n, const std::string& v) { ::setenv(n.c_str(), v.c_str(), 1); }
-  ~EnvGuard() {
-    for (const auto& [n, v] : saved_) {
-      if (v)
-        ::setenv(n.c_str(), v->c_str(), 1);
-      else
-        ::unsetenv(n.c_str());
-    }
-  }
-
- private:
-  std::vector<std::string> names_;
-  std::map<std::string, std::optional<std::string>> saved_;
-};
+using kit_test::EnvGuard;
 
 const std::vector<std::string> kLaunchVars = {
     "RANK",         "WORLD_SIZE",   "LOCAL_RANK",         "MASTER_ADDR",          "MASTER_PORT",

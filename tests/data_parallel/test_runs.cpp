@@ -49,6 +49,7 @@
 #include "build_programs.h"
 #include "dist/dist.h"
 #include "dist/launch.h"
+#include "env_guard.h"
 #include "project/run_data_parallel.h"
 
 
@@ -552,25 +553,15 @@ TEST(DataParallelFailure, ABusyPortIsAClearErrorNotAHang) {
 // setup passes its backend on to the dist layer: an unknown one is its error, not a Gloo world.
 TEST(DataParallelFailure, SetupPassesItsBackendOnSoAnUnknownOneIsAnError) {
   kit::RendezvousServer server(0);  // somewhere to meet, should setup start a world anyway
-  const std::vector<std::pair<std::string, std::string>> env = {
-      {"MASTER_ADDR", "127.0.0.1"},
-      {"MASTER_PORT", std::to_string(server.rendezvous().master_port)},
-      {"KIT_STORE_HOSTED", "1"},
-      {"KIT_DIST_TIMEOUT", "10"}};
-  std::vector<std::optional<std::string>> saved;
-  for (const auto& [k, v] : env) {
-    const char* old = std::getenv(k.c_str());
-    saved.push_back(old ? std::optional<std::string>(old) : std::nullopt);
-    ::setenv(k.c_str(), v.c_str(), 1);
-  }
+  kit_test::EnvGuard env({"MASTER_ADDR", "MASTER_PORT", "KIT_STORE_HOSTED", "KIT_DIST_TIMEOUT"});
+  env.set("MASTER_ADDR", "127.0.0.1");
+  env.set("MASTER_PORT", std::to_string(server.rendezvous().master_port));
+  env.set("KIT_STORE_HOSTED", "1");
+  env.set("KIT_DIST_TIMEOUT", "10");
   const judge::Record got = judge::subject([&](judge::Record& out) {
     out.outcome("setup", [] { kit::setup(0, 1, "mpi"); });
     kit::dist::destroy_process_group();
   });
-  for (size_t i = 0; i < env.size(); ++i) {
-    if (saved[i]) ::setenv(env[i].first.c_str(), saved[i]->c_str(), 1);
-    else ::unsetenv(env[i].first.c_str());
-  }
   if (!judge::judging()) return;
   const auto o = got.get<judge::Outcome>("setup");
   EXPECT_EQ(o.kind, "kit::Error") << "setup(0, 1, \"mpi\"): " << o.describe();

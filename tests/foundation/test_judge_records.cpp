@@ -8,12 +8,12 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
-#include <optional>
 
 #include "judge/judge.h"
 #include "judge/run_result.h"
 #include "judge/tensor.h"
 #include "kit/errors.h"
+#include "env_guard.h"
 #include "test_device.h"
 
 namespace {
@@ -179,27 +179,16 @@ TEST(JudgeRecords, APlainRunReportsWhatTheCodeUnderTestThrew) {
 // KIT_TEST_DEVICE (tests/test_device.h): cpu by default, cuda passed on to the ranks as
 // KIT_GLOO_DEVICE, and a clear stop for anything else, before any case runs.
 TEST(TestDevice, ComesFromKitTestDeviceAndNamesABadValue) {
-  auto saved = [](const char* name) {
-    const char* v = std::getenv(name);
-    return v ? std::optional<std::string>(v) : std::nullopt;
-  };
-  const auto test_device = saved("KIT_TEST_DEVICE"), gloo_device = saved("KIT_GLOO_DEVICE");
-  auto put = [](const char* name, const std::optional<std::string>& v) {
-    if (v) ::setenv(name, v->c_str(), 1); else ::unsetenv(name);
-  };
-  put("KIT_GLOO_DEVICE", std::nullopt);
-  put("KIT_TEST_DEVICE", std::nullopt);
+  kit_test::EnvGuard env({"KIT_TEST_DEVICE", "KIT_GLOO_DEVICE"});
   EXPECT_EQ(kit_test::test_device_name(), "cpu");
   EXPECT_EQ(kit_test::apply_test_device(), "");
   EXPECT_EQ(std::getenv("KIT_GLOO_DEVICE"), nullptr) << "the CPU: the ranks stay on it";
-  put("KIT_TEST_DEVICE", "gpu");
+  env.set("KIT_TEST_DEVICE", "gpu");
   const std::string bad = kit_test::apply_test_device();
   EXPECT_NE(bad.find("KIT_TEST_DEVICE='gpu' is neither cpu nor cuda"), std::string::npos) << bad;
   EXPECT_EQ(kit_test::test_device_name(), "");
-  put("KIT_TEST_DEVICE", "cuda");
+  env.set("KIT_TEST_DEVICE", "cuda");
   EXPECT_EQ(kit_test::apply_test_device(), "");
   ASSERT_NE(std::getenv("KIT_GLOO_DEVICE"), nullptr);
   EXPECT_EQ(std::string(std::getenv("KIT_GLOO_DEVICE")), "cuda") << "every rank a case starts computes on the GPU";
-  put("KIT_TEST_DEVICE", test_device);
-  put("KIT_GLOO_DEVICE", gloo_device);
 }
