@@ -56,6 +56,8 @@ double brute_force(int64_t L, int64_t K, const Latency& t) {
 
 // A table t(l, c) = a + b*l + g*l*c (+ noise when `bumpy`): fixed overhead per slice, work per
 // token, attention to the context; bumpy tables are neither monotone nor convex.
+int64_t g_asked_outside = 0;  // calls of a random_table outside its triangle
+
 Latency random_table(std::mt19937& rng, int64_t L, bool bumpy) {
   std::uniform_real_distribution<double> u(0.0, 1.0);
   const double a = 0.5 + 2 * u(rng), b = 0.2 + u(rng), g = 0.05 * u(rng);
@@ -65,11 +67,14 @@ Latency random_table(std::mt19937& rng, int64_t L, bool bumpy) {
       table[l][c] = bumpy ? 0.1 + 3 * u(rng) * l / static_cast<double>(L) + (u(rng) < 0.3 ? 2 * u(rng) : 0)
                           : a + b * l + g * l * c;
   // Defined where slicing.h says the DP may ask (1 <= l, 0 <= c, l + c <= L), as a profile
-  // measured on those points is: anywhere else is the DP's bug, a kit::Error here.
+  // measured on those points is: anywhere else is the DP's bug, a kit::Error here, and
+  // counted (the subject records the count: a DP that catches the error still fails).
   return [table, L](int64_t l, int64_t c) {
-    if (l < 1 || c < 0 || l + c > L)
+    if (l < 1 || c < 0 || l + c > L) {
+      ++g_asked_outside;
       throw kit::Error("t(" + std::to_string(l) + ", " + std::to_string(c) + ") asked on L = " + std::to_string(L) +
                        " tokens: optimal_slicing may call t only for 1 <= l, 0 <= c, l + c <= L");
+    }
     return table[static_cast<size_t>(l)][static_cast<size_t>(c)];
   };
 }
@@ -85,9 +90,14 @@ struct Problem {
 std::vector<Slicing> solve_in_subject(const std::vector<Problem>& problems) {
   const judge::Record got = judge::subject([&](judge::Record& out) {
     std::vector<Slicing> all;
+    g_asked_outside = 0;
     for (const auto& p : problems) all.push_back(kit::terapipe::optimal_slicing(p.L, p.K, p.t));
     out.put("slicings", all);
+    out.put("asked_outside", g_asked_outside);
   });
+  if (judge::judging())
+    EXPECT_EQ(got.get<int64_t>("asked_outside"), 0)
+        << "optimal_slicing asked t(l, c) outside 1 <= l, 0 <= c, l + c <= L (and went on past the error)";
   auto all = got.get<std::vector<Slicing>>("slicings");
   if (got.ok() && all.size() != problems.size())
     ADD_FAILURE() << all.size() << " slicings recorded for " << problems.size() << " problems";
