@@ -1,8 +1,9 @@
 // Problem 4.4: the vocab-parallel embedding and cross-entropy on t = 1, 2, 4 ranks against
 // torch::nn::Embedding and kit::masked_cross_entropy on the whole vocabulary. The tokens and
-// labels fall in every rank's range; the loss is also checked with logits around 1e4, where
-// exp overflows float32 unless the global max is subtracted first. Each rank records what its
-// shard gave; the judge computes the whole-vocabulary reference and compares.
+// labels fall in every rank's range; the loss is also checked with every other token's logits
+// around 1e4, where exp overflows float32 unless each token's global max is subtracted first,
+// and with a label 200 below its token's logits. Each rank records what its shard gave; the
+// judge computes the whole-vocabulary reference and compares.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -66,8 +67,11 @@ TP_SUBJECT(vocab_parallel_embedding) { embedding(group, kFullVocab, out, "embedd
 // One row per rank (V = t): the smallest shard, where an index other than 0 is out of range.
 TP_SUBJECT(vocab_parallel_embedding_one_row) { embedding(group, group.size(), out, "embedding."); }
 
-// Logits (B, T, V) = offset + scale * N(0, 1); labels in every rank's range; a mask with a
-// row that counts nothing and a row that counts part of its tokens.
+// Logits (B, T, V) = scale * N(0, 1), plus offset on every other token (a max taken over the
+// whole slice instead of per token leaves the others' exp at 0); labels in every rank's range,
+// one of them 200 below its token's logits (where exp(logit) / sum is 0 in float32: the loss
+// must come from the log-sum-exp); a mask with a row that counts nothing and a row that
+// counts part of its tokens.
 // With boundary_labels, the counted labels are the first and last ids of every rank's range
 // for t = 2 and 4 (0, 15, 16, 31, 32, 47, 48, 63), where an off-by-one in the range test puts
 // a label on two ranks or on none.
@@ -78,13 +82,16 @@ CrossEntropyInputs cross_entropy_inputs(double offset, double scale, bool bounda
   const int64_t B = 3, T = 5;
   torch::manual_seed(6);
   CrossEntropyInputs in;
-  in.logits = offset + scale * torch::randn({B, T, kFullVocab});
+  const torch::Tensor every_other = (torch::arange(B * T) % 2).to(torch::kFloat32).view({B, T, 1});
+  in.logits = offset * every_other + scale * torch::randn({B, T, kFullVocab});
   in.labels = torch::randint(kFullVocab, {B, T}, torch::kInt64);
   in.labels[0] = torch::tensor({0, 17, 34, 51, 63}, torch::kInt64);  // one in each quarter of the vocabulary
   if (boundary_labels) {
     in.labels[0] = torch::tensor({15, 16, 31, 32, 47}, torch::kInt64);
     in.labels[2] = torch::tensor({5, 9, 48, 63, 0}, torch::kInt64);  // its first two are masked out below
   }
+  const int64_t far = in.labels[0][2].item<int64_t>();  // a counted token: a confidently wrong prediction
+  in.logits[0][2][far] -= 200;
   in.mask = torch::ones({B, T});
   in.mask[1].zero_();
   in.mask[2].narrow(0, 0, 2).zero_();
@@ -92,6 +99,9 @@ CrossEntropyInputs cross_entropy_inputs(double offset, double scale, bool bounda
 }
 
 // Subject: the loss of this rank's slice of the logits and that slice's gradient, under pre.
+// The backward starts from kUpstream * loss, as inside a larger graph (a backward that ignores
+// its incoming gradient is right only for 1).
+constexpr double kUpstream = 3;
 void cross_entropy(const kit::dist::Group& group, double offset, double scale, bool boundary_labels,
                    judge::Record& out, const std::string& pre) {
   const int64_t r = group.rank(), part = kFullVocab / group.size();
@@ -100,7 +110,7 @@ void cross_entropy(const kit::dist::Group& group, double offset, double scale, b
   auto got = tp::vocab_parallel_cross_entropy(local, in.labels, in.mask, r * part, group);
   out.put(pre + "loss", got);
   if (got.dim() != 0) return;  // no scalar to differentiate (the judge says so)
-  got.backward();
+  (kUpstream * got).backward();
   out.put(pre + "logits_grad", local.grad());
 }
 
@@ -111,7 +121,7 @@ void check_cross_entropy(const judge::Record& got, int64_t r, int64_t t, double 
   const CrossEntropyInputs in = cross_entropy_inputs(offset, scale, boundary_labels);
   auto full = in.logits.clone().requires_grad_(true);
   auto want = kit::masked_cross_entropy(full, in.labels, in.mask);
-  want.backward();
+  (kUpstream * want).backward();
   ASSERT_TRUE(std::isfinite(want.item<double>())) << "the reference loss itself is not finite";
   const torch::Tensor loss = got.get<torch::Tensor>(pre + "loss");
   ASSERT_TRUE(loss.defined()) << "the loss is undefined";
