@@ -134,10 +134,11 @@ TP_SUBJECT(parallel_block_subgroups) {
 
 // Dropout on (p = 0.5): in eval mode the parallel layer still equals the full one (a dropout
 // that ignores the mode fails); in training, attention's dropout acts on the probabilities
-// (the output changes) and the residual dropout after the all-reduce (about half the output
-// exactly zero: a dropout before the sum zeroes only where every rank dropped). The masks are
-// each rank's own draw from a known generator state, so the judge draws them too and
-// compares attention's training output exactly (attention_with_rank_dropout).
+// (the output changes) and the output dropout after the all-reduce, one mask for every rank
+// (a dropout before the sum zeroes only where every rank dropped). Every mask is drawn from a
+// known generator state, so the judge draws them too and compares both training outputs
+// exactly: attention's probabilities with each rank's own mask (attention_with_rank_dropout),
+// the output with the shared generator's (expect_output_dropout).
 double zero_fraction(const torch::Tensor& y) { return (y == 0).to(torch::kFloat64).mean().item<double>(); }
 
 kit::GPT2Config dropout_config() {
@@ -214,11 +215,27 @@ void expect_eval_equals_full(const judge::Record& got, int64_t r, int64_t t, con
       << " (where the cases without dropout pass, a dropout acts in eval mode: it must act in training only)";
 }
 
-void expect_output_dropout(double frac, int64_t r, int64_t t, const char* what) {
-  EXPECT_TRUE(frac > 0.4 && frac < 0.6)
-      << what << " in training with its output dropout at p = 0.5, rank " << r << " of " << t << ": " << frac
-      << " of the output is exactly 0, not about half (no dropout there, or one before the "
-      << "all-reduce, where a value is 0 only if every rank dropped it)";
+// The output dropout acts on the all-reduced output, which every rank holds whole, with the
+// one mask the shared generator draws (torch::manual_seed(kOutputDropoutSeed) just before the
+// call): every rank's output is the full layer's (seed 3, no dropout) through that mask.
+constexpr uint64_t kOutputDropoutSeed = 23;
+template <typename Full>
+void expect_output_dropout(const judge::Record& got, const std::string& key, int64_t r, int64_t t, const char* what) {
+  torch::manual_seed(3);
+  Full full(dropout_config());
+  full->eval();
+  torch::NoGradGuard no_grad;
+  const torch::Tensor plain = full(training_input());
+  torch::manual_seed(kOutputDropoutSeed);
+  const torch::Tensor want = torch::dropout(plain, 0.5, true);
+  const torch::Tensor y = got.get<torch::Tensor>(key);
+  if (!got.ok()) return;
+  EXPECT_TRUE(close(y, want)) << what << " in training with its output dropout at p = 0.5, rank " << r << " of " << t
+                              << ": not the full layer's output through the shared generator's mask (" << zero_fraction(y)
+                              << " of it is exactly 0). The output dropout comes after the all-reduce, on the whole "
+                              << "output every rank holds, with the same mask on every rank (a dropout before the "
+                              << "all-reduce leaves a value 0 only where every rank dropped it; a mask per rank makes "
+                              << "the ranks disagree on an activation they all hold)";
 }
 
 TP_SUBJECT(dropout_layers) {
@@ -231,10 +248,12 @@ TP_SUBJECT(dropout_layers) {
         out.put("attention.attn_dropout_y", par(x));
         par->attn_dropout->options.p(0.0);  // the residual dropout alone
         par->resid_dropout->options.p(0.5);
+        torch::manual_seed(kOutputDropoutSeed);
         out.put("attention.resid_dropout_y", par(x));
       });
   in_training_with_dropout<kit::MLP, tp::ParallelMLP>(group, out, "mlp.",
                                                       [&](tp::ParallelMLP& par, const torch::Tensor& x) {
+                                                        torch::manual_seed(kOutputDropoutSeed);
                                                         out.put("mlp.dropout_y", par(x));
                                                       });
 }
@@ -283,10 +302,10 @@ TEST(TPBlock, DropoutActsInTrainingOnlyAndAfterTheAllReduce) {
                               "attn_dropout acts on this rank's attention probabilities (after the softmax, "
                               "before the values), through the layer's RegionDropout (each rank its own mask; "
                               "torch::dropout would drop every rank's heads alike)";
-                       expect_output_dropout(zero_fraction(got.get<torch::Tensor>("attention.resid_dropout_y")), r, n,
-                                             "attention");
+                       expect_output_dropout<kit::CausalSelfAttention>(got, "attention.resid_dropout_y", r, n,
+                                                                       "attention");
                        expect_eval_equals_full<kit::MLP>(got, r, n, "mlp.", "MLP");
-                       expect_output_dropout(zero_fraction(got.get<torch::Tensor>("mlp.dropout_y")), r, n, "MLP");
+                       expect_output_dropout<kit::MLP>(got, "mlp.dropout_y", r, n, "MLP");
                      });
 }
 
