@@ -1,5 +1,6 @@
 // Problem 3.2 in one process: forward_step and backward_step with p = 1 rank and v = 2
-// chunks (two virtual stages on rank 0, so their messages are handed over in memory).
+// chunks (two virtual stages on rank 0, so their messages are handed over in memory); also
+// v = 3 chunks with one micro-batch, and backwards in reverse micro-batch order.
 // Checked against the plain model on the whole batch:
 //   - the batch loss, and every parameter's gradient (chunk 0's only arrive if chunk 1
 //     sent the gradient of its input back, and if what was kept stayed in the graph);
@@ -29,10 +30,11 @@ namespace judge = kit::judge;
 
 constexpr int64_t kBatch = 4, kSeqLen = 8, kVocab = 50;
 
-kit::GPT2 tiny_model() {
+// One block per chunk.
+kit::GPT2 tiny_model(int64_t chunks = 2) {
   kit::GPT2Config cfg = kit::gpt2_preset("tiny");
   cfg.dropout = 0;
-  cfg.n_layer = 2;
+  cfg.n_layer = chunks;
   return kit::build_model(cfg, kVocab, kSeqLen, 11);
 }
 
@@ -93,13 +95,13 @@ struct Outcome {
   }
 };
 
-Outcome run_in_process(const pp::RankSchedule& schedule, int64_t m) {
-  auto full = tiny_model();
-  const pp::PipelineShape shape{1, m, 2};
+Outcome run_in_process(const pp::RankSchedule& schedule, int64_t m, int64_t v = 2) {
+  auto full = tiny_model(v);
+  const pp::PipelineShape shape{1, m, v};
   std::vector<pp::StageModule> chunks;
   std::vector<std::shared_ptr<CountingStageImpl>> counted;
-  for (int64_t c = 0; c < 2; ++c) {
-    counted.push_back(std::make_shared<CountingStageImpl>(full, c, 2));
+  for (int64_t c = 0; c < v; ++c) {
+    counted.push_back(std::make_shared<CountingStageImpl>(full, c, v));
     chunks.push_back(pp::StageModule(std::static_pointer_cast<pp::StageModuleImpl>(counted.back())));
   }
   pp::P2P p2p(shape, 0, torch::TensorOptions().dtype(torch::kFloat32));
@@ -121,8 +123,8 @@ Outcome run_in_process(const pp::RankSchedule& schedule, int64_t m) {
 
 // The executor's run of `schedule`, in a subject part; its record in the judge (nullopt in the
 // subject, which checks nothing, and when the run threw: the case has then failed, saying so).
-std::optional<Outcome> student_run(const pp::RankSchedule& schedule, int64_t m) {
-  const judge::Record got = judge::subject([&](judge::Record& out) { run_in_process(schedule, m).put(out); },
+std::optional<Outcome> student_run(const pp::RankSchedule& schedule, int64_t m, int64_t v = 2) {
+  const judge::Record got = judge::subject([&](judge::Record& out) { run_in_process(schedule, m, v).put(out); },
                                            "the executor on " + pp::to_string(schedule));
   if (!judge::judging() || !got.ok()) return std::nullopt;
   return Outcome::get(got);
@@ -132,8 +134,8 @@ struct Plain {
   double loss = 0;
   std::map<std::string, torch::Tensor> grads;
 };
-Plain plain_model() {
-  auto model = tiny_model();
+Plain plain_model(int64_t chunks = 2) {
+  auto model = tiny_model(chunks);
   const Data d = batch();
   auto loss = kit::masked_cross_entropy(model->forward(d.idx), d.labels, d.mask);
   loss.backward();
@@ -202,6 +204,36 @@ TEST(ExecutorStep, AllForwardsFirstKeepsEveryMicroBatchAndMatchesPlainModel) {
   const Plain want = plain_model();
   EXPECT_NEAR(o.result.loss, want.loss, 1e-5 + 1e-4 * want.loss);
   expect_gradients_match(o, want);
+}
+
+// More chunks than micro-batches: v = 3 chunks, m = 1. Every message's shape is the shape of
+// its micro-batch (activation_shape(i)), whatever the stage: here stage 2 exists, micro-batch 2
+// does not.
+TEST(ExecutorStep, ThreeChunksOneMicroBatchMatchPlainModel) {
+  const pp::RankSchedule s = {pp::F(0, 0), pp::F(0, 1), pp::F(0, 2), pp::B(0, 2), pp::B(0, 1), pp::B(0, 0)};
+  const auto got = student_run(s, 1, 3);
+  if (!got) return;
+  const Plain want = plain_model(3);
+  EXPECT_NEAR(got->result.loss, want.loss, 1e-5 + 1e-4 * want.loss);
+  expect_gradients_match(*got, want);
+  EXPECT_EQ(got->kept_after, 0u);
+}
+
+// Gradients accumulate over the micro-batches whatever order their backwards come in: here
+// micro-batch 3's first, 0's last, on both chunks (a backward_step that zeroes the gradients
+// at micro-batch 0 keeps that one's only).
+TEST(ExecutorStep, BackwardsInReverseMicroBatchOrderAccumulateEveryMicroBatch) {
+  const int64_t m = 4;
+  pp::RankSchedule s;
+  for (int64_t i = 0; i < m; ++i)
+    for (const auto& a : {pp::F(i, 0), pp::F(i, 1)}) s.push_back(a);
+  for (int64_t i = m - 1; i >= 0; --i)
+    for (const auto& a : {pp::B(i, 1), pp::B(i, 0)}) s.push_back(a);
+  const auto got = student_run(s, m);
+  if (!got) return;
+  const Plain want = plain_model();
+  EXPECT_NEAR(got->result.loss, want.loss, 1e-5 + 1e-4 * want.loss);
+  expect_gradients_match(*got, want);
 }
 
 TEST(ExecutorStep, EachForwardStepRunsItsChunkOnce) {
