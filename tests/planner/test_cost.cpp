@@ -77,6 +77,11 @@ TEST(PlannerCost, TensorParallelAllReducesEachLayersOutputOnItsLink) {
     out.put("tensor_parallel_seconds(m, 0, 2, 100, 2, kLink)", pl::tensor_parallel_seconds(m, 0, 2, 100, 2, kLink));
     out.put("tensor_parallel_seconds(m, 1, 2, 100, 2, kLink)", pl::tensor_parallel_seconds(m, 1, 2, 100, 2, kLink));
     out.put("tensor_parallel_seconds(m, 0, 2, 100, 1, kLink)", pl::tensor_parallel_seconds(m, 0, 2, 100, 1, kLink));
+    // Layer a's output ten times layer b's: each layer's all-reduces carry its own output.
+    pl::ModelSpec uneven = m;
+    uneven.layers[0].output_bytes_per_token = 4000;
+    out.put("tensor_parallel_seconds(uneven, 0, 2, 100, 2, kLink)",
+            pl::tensor_parallel_seconds(uneven, 0, 2, 100, 2, kLink));
   });
   if (!judge::judging()) return;
   const auto v = [&](const char* call) { return got.get<double>(call); };
@@ -85,6 +90,9 @@ TEST(PlannerCost, TensorParallelAllReducesEachLayersOutputOnItsLink) {
   EXPECT_NEAR(v("tensor_parallel_seconds(m, 0, 2, 100, 2, kLink)"), 5 * one, 1e-15);  // 4 + 1 all-reduces
   EXPECT_NEAR(v("tensor_parallel_seconds(m, 1, 2, 100, 2, kLink)"), one, 1e-15);
   EXPECT_EQ(v("tensor_parallel_seconds(m, 0, 2, 100, 1, kLink)"), 0.0);  // no tensor parallelism
+  // Layer a: 4 all-reduces of 400 kB; layer b: 1 of 40 kB.
+  EXPECT_NEAR(v("tensor_parallel_seconds(uneven, 0, 2, 100, 2, kLink)"), 4 * (2 * 1e-5 + 400e3 / 1e9) + one, 1e-15)
+      << "each layer's all-reduces are of that layer's output (layer a outputs 4000 bytes per token, b 400)";
 }
 
 TEST(PlannerCost, BubbleOfEachSchedule) {
@@ -204,6 +212,9 @@ TEST(PlannerCost, MicroBatchesInFlightOfEachSchedule) {
     out.put("in_flight_micro_batches(s, 4, 8, gpipe) for s = 0..3", gpipe);
     out.put("in_flight_micro_batches(s, 4, 8, one_f_one_b) for s = 0..3", one_f_one_b);
     out.put("in_flight_micro_batches(0, 4, 2, one_f_one_b)", pl::in_flight_micro_batches(0, 4, 2, pl::Schedule::one_f_one_b));
+    std::vector<int64_t> few;
+    for (int64_t s = 0; s < 4; ++s) few.push_back(pl::in_flight_micro_batches(s, 4, 2, pl::Schedule::one_f_one_b));
+    out.put("in_flight_micro_batches(s, 4, 2, one_f_one_b) for s = 0..3", few);
     out.put("in_flight_micro_batches(0, 4, 8, interleaved, 2)",
             pl::in_flight_micro_batches(0, 4, 8, pl::Schedule::interleaved, 2));
     out.put("in_flight_micro_batches(3, 4, 8, interleaved, 2)",
@@ -221,6 +232,10 @@ TEST(PlannerCost, MicroBatchesInFlightOfEachSchedule) {
   for (size_t s = 0; s < 4; ++s)
     EXPECT_EQ(ofob[s], one_f_one_b[s]) << "in_flight_micro_batches(" << s << ", 4, 8, one_f_one_b)";
   EXPECT_EQ(v("in_flight_micro_batches(0, 4, 2, one_f_one_b)"), 2);  // fewer micro-batches than stages
+  // Fewer micro-batches than stages, on every stage: min(p - s, m), so the last stage holds 1.
+  EXPECT_EQ(got.get<std::vector<int64_t>>("in_flight_micro_batches(s, 4, 2, one_f_one_b) for s = 0..3"),
+            (std::vector<int64_t>{2, 2, 2, 1}))
+      << "1F1B with m = 2 micro-batches on p = 4 stages: stage s holds min(p - s, m)";
   // Interleaved, p = 4, v = 2: rank 0 warms up 2 * 3 + 4 = 10 chunks, holds 11, half its layers
   // each: 5.5 micro-batches, rounded up. Rank 3: 4 + 1 = 5 chunks: 3.
   EXPECT_EQ(v("in_flight_micro_batches(0, 4, 8, interleaved, 2)"), 6);
