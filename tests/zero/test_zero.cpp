@@ -7,9 +7,10 @@
 // in float32: the state and gradient bytes each rank holds, measured from its tensors, and the
 // bytes it sends per step, and the tensor storage a step leaves alive (counted by the kit's
 // counting allocator, so a view that keeps a whole buffer alive counts as the whole buffer);
-// update_shard alone, with Adam's eps large enough to matter; saving and loading the state;
-// mixed precision (bfloat16 parameters): update_shard's fp32 master against torch's AdamW in
-// fp32, and both stages' bytes (2 + 2 + 12 per parameter), shards and master after 3 steps.
+// update_shard alone, with Adam's eps large enough to matter and with betas 0.8, 0.95; saving
+// and loading the state; mixed precision (bfloat16 parameters, and float16 for update_shard):
+// update_shard's fp32 master against torch's AdamW in fp32, and both stages' bytes
+// (2 + 2 + 12 per parameter), shards and master after 3 steps.
 // Each rank is a subject (tests/rank_roles.h): it runs the student's ZeRO and records its
 // parameters, its counters and the bytes it holds; torch's AdamW on the whole batch, the bytes
 // expected of rank r of n and every check are the judge's.
@@ -183,18 +184,24 @@ torch::Tensor update_gradient(int64_t r, int step, int64_t S, double grad_scale)
   torch::manual_seed(50 + static_cast<uint64_t>(10 * r + step));
   return torch::randn({S}) * grad_scale;
 }
-zero::ZeroOptions update_options(double eps) {
+// other_betas: beta1 = 0.8, beta2 = 0.95 (a GPT-3-like beta2) instead of AdamW's defaults, so
+// that betas written into the update as constants show.
+zero::ZeroOptions update_options(double eps, bool other_betas = false) {
   zero::ZeroOptions o = options(1);
   o.lr = 0.1;
   o.eps = eps;
+  if (other_betas) {
+    o.beta1 = 0.8;
+    o.beta2 = 0.95;
+  }
   return o;
 }
 
 // update_shard on its own, two calls: the shard it took, and all parameters after each call.
 void update_shard_run(const dist::Group& group, double eps, double grad_scale, judge::Record& out,
-                      const std::string& p) {
+                      const std::string& p, bool other_betas = false) {
   std::vector<torch::Tensor> params = update_parameters();
-  zero::ZeroAdamW opt(params, group, update_options(eps));
+  zero::ZeroAdamW opt(params, group, update_options(eps, other_betas));
   const kit::ring::Range sh = opt.shard();
   out.put(p + "shard", std::pair<int64_t, int64_t>{sh.begin, sh.end});
   for (int step = 1; step <= 2; ++step) {
@@ -209,13 +216,13 @@ void update_shard_run(const dist::Group& group, double eps, double grad_scale, j
 // eps = 0.5 and gradients of about 0.05, where AdamW's sqrt(v / (1 - beta2^t)) + eps differs
 // from eps inside the root or before the correction.
 void judge_update_shard(const judge::Record& got, int64_t r, int64_t n, double eps, double grad_scale,
-                        const std::string& p) {
+                        const std::string& p, bool other_betas = false) {
   const int64_t P = kUpdateP;
   const auto shard = got.get<std::pair<int64_t, int64_t>>(p + "shard");
   const kit::ring::Range sh{shard.first, shard.second};
   ASSERT_EQ(sh.begin, r * ((P + n - 1) / n));
   ASSERT_GE(sh.size(), 0) << "shard [" << sh.begin << ", " << sh.end << ")";
-  const zero::ZeroOptions o = update_options(eps);
+  const zero::ZeroOptions o = update_options(eps, other_betas);
   // torch's AdamW on a copy of the shard (its padding past P included: zeros).
   const torch::Tensor before = flat(update_parameters());
   torch::Tensor x = torch::zeros({sh.size()});
@@ -230,8 +237,8 @@ void judge_update_shard(const judge::Record& got, int64_t r, int64_t n, double e
     const torch::Tensor after = got.get<torch::Tensor>(p + "after" + std::to_string(step));
     ASSERT_TRUE(after.defined() && after.dim() == 1 && after.size(0) == P) << "the parameters after update_shard";
     EXPECT_TRUE(kit_test::close(after.narrow(0, sh.begin, visible), x.detach().narrow(0, 0, visible), 1e-6, 1e-6))
-        << "rank " << r << "'s shard after update_shard call " << step << " (eps = " << eps
-        << ") differs from torch::optim::AdamW's step " << step
+        << "rank " << r << "'s shard after update_shard call " << step << " (eps = " << eps << ", betas "
+        << o.beta1 << ", " << o.beta2 << ") differs from torch::optim::AdamW's step " << step
         << (eps > 1e-3 ? ": AdamW adds eps after the bias-corrected root, sqrt(v) / sqrt(1 - beta2^t) + eps" : "");
     const torch::Tensor outside = torch::ones({P}, torch::kBool);
     outside.narrow(0, std::min(sh.begin, P), visible).fill_(false);
@@ -242,41 +249,48 @@ void judge_update_shard(const judge::Record& got, int64_t r, int64_t n, double e
   }
 }
 
-// ---- mixed precision: bfloat16 parameters, an fp32 master of each shard (zero.h) ----
+// ---- mixed precision: bfloat16 (or float16) parameters, an fp32 master of each shard (zero.h) ----
+
+const std::vector<torch::ScalarType> kLowPrecision = {torch::kBFloat16, torch::kHalf};
+std::string type_name(torch::ScalarType type) { return c10::toString(type); }
 
 // update_shard over bfloat16 parameters, two calls (bfloat16 gradients, as step() passes them):
-// the parameters and the master after each.
+// the parameters and the master after each; then the same over float16 parameters.
 RANK_SUBJECT(zero_update_shard_mixed) {
-  std::vector<torch::Tensor> params;
-  for (const auto& p : update_parameters()) params.push_back(p.to(torch::kBFloat16));
-  zero::ZeroAdamW opt(params, group, update_options(options(1).eps));
-  const kit::ring::Range sh = opt.shard();
-  out.put("shard", std::pair<int64_t, int64_t>{sh.begin, sh.end});
-  out.put("mixed", opt.mixed_precision());
-  out.put("state_bytes", opt.state_bytes());
-  for (int step = 1; step <= 2; ++step) {
-    opt.update_shard(update_gradient(group.rank(), step, sh.size(), 1.0).to(torch::kBFloat16));
-    out.put("after" + std::to_string(step), flat(params).clone());
-    out.put("master" + std::to_string(step), opt.master().defined() ? opt.master().clone() : torch::Tensor());
+  for (const torch::ScalarType type : kLowPrecision) {
+    const std::string pre = type_name(type) + "/";
+    std::vector<torch::Tensor> params;
+    for (const auto& p : update_parameters()) params.push_back(p.to(type));
+    zero::ZeroAdamW opt(params, group, update_options(options(1).eps));
+    const kit::ring::Range sh = opt.shard();
+    out.put(pre + "shard", std::pair<int64_t, int64_t>{sh.begin, sh.end});
+    out.put(pre + "mixed", opt.mixed_precision());
+    out.put(pre + "state_bytes", opt.state_bytes());
+    for (int step = 1; step <= 2; ++step) {
+      opt.update_shard(update_gradient(group.rank(), step, sh.size(), 1.0).to(type));
+      out.put(pre + "after" + std::to_string(step), flat(params).clone());
+      out.put(pre + "master" + std::to_string(step), opt.master().defined() ? opt.master().clone() : torch::Tensor());
+    }
   }
 }
 
-// ...is torch's AdamW in fp32 on the master (which starts as the bfloat16 shard, widened), the
-// gradients widened; the shard of the parameters is the master rounded to bfloat16, and nothing
-// outside it moves. An update done in bfloat16 is off by its rounding (about 4e-3 relative):
-// far outside 1e-6.
-void judge_update_shard_mixed(const judge::Record& got, int64_t r, int64_t n) {
+// ...is torch's AdamW in fp32 on the master (which starts as the low-precision shard, widened),
+// the gradients widened; the shard of the parameters is the master rounded to `type`, and
+// nothing outside it moves. An update done in bfloat16 is off by its rounding (about 4e-3
+// relative), in float16 by about 5e-4: far outside 1e-6.
+void judge_update_shard_mixed(const judge::Record& got, int64_t r, int64_t n, torch::ScalarType type) {
+  const std::string pre = type_name(type) + "/", low = type_name(type);
   const int64_t P = kUpdateP;
-  const auto shard = got.get<std::pair<int64_t, int64_t>>("shard");
+  const auto shard = got.get<std::pair<int64_t, int64_t>>(pre + "shard");
   const kit::ring::Range sh{shard.first, shard.second};
   ASSERT_EQ(sh.begin, r * ((P + n - 1) / n));
   ASSERT_GE(sh.size(), 0);
-  EXPECT_TRUE(got.get<bool>("mixed")) << "bfloat16 parameters: ZeroAdamW keeps an fp32 master (given code)";
-  EXPECT_EQ(got.get<int64_t>("state_bytes"), 12 * sh.size())
+  EXPECT_TRUE(got.get<bool>(pre + "mixed")) << low << " parameters: ZeroAdamW keeps an fp32 master (given code)";
+  EXPECT_EQ(got.get<int64_t>(pre + "state_bytes"), 12 * sh.size())
       << "mixed precision: the fp32 master and two fp32 moments of the shard, 12 bytes per element (S = " << sh.size()
       << ")";
   const zero::ZeroOptions o = update_options(options(1).eps);
-  const torch::Tensor before = flat(update_parameters()).to(torch::kBFloat16);
+  const torch::Tensor before = flat(update_parameters()).to(type);
   const int64_t visible = std::max<int64_t>(0, std::min(sh.end, P) - sh.begin);
   torch::Tensor x = torch::zeros({sh.size()});
   x.narrow(0, 0, visible).copy_(before.narrow(0, sh.begin, visible).to(torch::kFloat32));
@@ -284,21 +298,21 @@ void judge_update_shard_mixed(const judge::Record& got, int64_t r, int64_t n) {
   torch::optim::AdamW ref({x}, torch::optim::AdamWOptions(o.lr).betas({o.beta1, o.beta2}).eps(o.eps).weight_decay(
                                    o.weight_decay));
   for (int step = 1; step <= 2; ++step) {
-    x.mutable_grad() = update_gradient(r, step, sh.size(), 1.0).to(torch::kBFloat16).to(torch::kFloat32);
+    x.mutable_grad() = update_gradient(r, step, sh.size(), 1.0).to(type).to(torch::kFloat32);
     ref.step();
-    const std::string call = "update_shard call " + std::to_string(step) + " on rank " + std::to_string(r);
-    const torch::Tensor master = got.get<torch::Tensor>("master" + std::to_string(step));
-    const torch::Tensor after = got.get<torch::Tensor>("after" + std::to_string(step));
+    const std::string call = "update_shard call " + std::to_string(step) + " on rank " + std::to_string(r) + " (" + low + ")";
+    const torch::Tensor master = got.get<torch::Tensor>(pre + "master" + std::to_string(step));
+    const torch::Tensor after = got.get<torch::Tensor>(pre + "after" + std::to_string(step));
     ASSERT_TRUE(master.defined() && master.scalar_type() == torch::kFloat32 && master.dim() == 1 &&
                 master.size(0) == sh.size())
         << call << ": master() is the shard's fp32 copy, " << sh.size() << " elements";
-    ASSERT_TRUE(after.defined() && after.scalar_type() == torch::kBFloat16 && after.dim() == 1 && after.size(0) == P)
-        << call << ": the bfloat16 parameters";
+    ASSERT_TRUE(after.defined() && after.scalar_type() == type && after.dim() == 1 && after.size(0) == P)
+        << call << ": the " << low << " parameters";
     EXPECT_TRUE(kit_test::close(master, x.detach(), 1e-6, 1e-6))
         << call << ": the fp32 master differs from torch::optim::AdamW's step " << step << " in fp32"
-        << " (is the update done on the bfloat16 parameters instead of the master?)";
-    EXPECT_TRUE(torch::equal(after.narrow(0, std::min(sh.begin, P), visible), master.narrow(0, 0, visible).to(torch::kBFloat16)))
-        << call << ": the shard of the bfloat16 parameters is not the master rounded to bfloat16 (is the master "
+        << " (is the update done on the " << low << " parameters instead of the master?)";
+    EXPECT_TRUE(torch::equal(after.narrow(0, std::min(sh.begin, P), visible), master.narrow(0, 0, visible).to(type)))
+        << call << ": the shard of the " << low << " parameters is not the master rounded to " << low << " (is the master "
         << "copied into the parameters after the update?)";
     const torch::Tensor outside = torch::ones({P}, torch::kBool);
     outside.narrow(0, std::min(sh.begin, P), visible).fill_(false);
@@ -408,6 +422,7 @@ void judge_zero_mixed(const RankRun& run, int n, int stage) {
 RANK_SUBJECT(zero_update_shard) {
   update_shard_run(group, options(1).eps, 1.0, out, "default_eps/");
   update_shard_run(group, 0.5, 0.05, out, "large_eps/");
+  update_shard_run(group, options(1).eps, 1.0, out, "other_betas/", /*other_betas=*/true);
 }
 
 // Save after 2 steps, load into a new model + optimizer, 3 more steps: identical to 5 steps
@@ -594,6 +609,7 @@ TEST(Zero, UpdateShardIsAdamWOnItsShardAlone) {
       const judge::Record& got = run.records[static_cast<size_t>(r)];
       judge_update_shard(got, r, n, options(1).eps, 1.0, "default_eps/");
       judge_update_shard(got, r, n, 0.5, 0.05, "large_eps/");
+      judge_update_shard(got, r, n, options(1).eps, 1.0, "other_betas/", /*other_betas=*/true);
     }
   });
 }
@@ -634,9 +650,10 @@ TEST(Zero, ReportedGradientBytesAreTheStorageKept) {
 }
 
 TEST(Zero, MixedPrecisionUpdateShardStepsTheFp32Master) {
-  judge_ranks_for({3}, "zero_update_shard_mixed", "update_shard over bfloat16 parameters", 60,
+  judge_ranks_for({3}, "zero_update_shard_mixed", "update_shard over bfloat16 and float16 parameters", 60,
                   [](const RankRun& run, int n) {
-                    for (int r = 0; r < n; ++r) judge_update_shard_mixed(run.records[static_cast<size_t>(r)], r, n);
+                    for (const torch::ScalarType type : kLowPrecision)
+                      for (int r = 0; r < n; ++r) judge_update_shard_mixed(run.records[static_cast<size_t>(r)], r, n, type);
                   });
 }
 
