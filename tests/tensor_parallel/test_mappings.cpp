@@ -29,10 +29,16 @@ void f_mapping(const kit::dist::Group& group, judge::Record& out, const std::str
   auto y = tp::copy_to_tensor_parallel(x, group);
   out.put(pre + "f.forward_all_reduce_calls", group.counters().all_reduce_calls);
   out.put(pre + "f.y", y);
-  y.backward(per_rank(r, 2));
+  const torch::Tensor upstream = per_rank(r, 2);
+  y.backward(upstream);  // autograd hands f's backward this tensor itself: it is the caller's
   out.put(pre + "f.all_reduce_calls", group.counters().all_reduce_calls);
   out.put(pre + "f.x_grad", x.grad());
   out.put(pre + "f.x", x);
+  out.put(pre + "f.upstream", upstream);
+  // A loss straight after f: the gradient reaching f's backward is ones expanded (stride 0).
+  auto x2 = x0.clone().requires_grad_(true);
+  tp::copy_to_tensor_parallel(x2, group).sum().backward();
+  out.put(pre + "f.sum_x_grad", x2.grad());
 }
 
 // Judge: rank r of t's record of f_mapping.
@@ -46,6 +52,11 @@ void check_f(const judge::Record& got, int r, int t, const std::string& pre = ""
   EXPECT_TRUE(close(got.get<torch::Tensor>(pre + "f.x_grad"), want))
       << "f's input gradient must be the sum over the " << t << " ranks' upstream gradients (rank " << r << ")";
   EXPECT_TRUE(close(got.get<torch::Tensor>(pre + "f.x"), x0, 0, 0)) << "f changed its input";
+  EXPECT_TRUE(close(got.get<torch::Tensor>(pre + "f.upstream"), per_rank(r, 2), 0, 0))
+      << "f's backward changed the upstream gradient it was handed (it belongs to the caller, and to any other "
+         "branch it feeds): all-reduce a copy";
+  EXPECT_TRUE(close(got.get<torch::Tensor>(pre + "f.sum_x_grad"), torch::full({3, 5}, static_cast<double>(t))))
+      << "f(x).sum().backward(): x's gradient must be " << t << " (the ranks' ones summed), rank " << r;
 }
 
 void g_mapping(const kit::dist::Group& group, judge::Record& out, const std::string& pre = "") {
