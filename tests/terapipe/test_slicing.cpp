@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -173,6 +174,24 @@ TEST(Slicing, SlicesEvenlyWhenContextCostsNothing) {
   }
   // More stages make the slowest slice count more, so more (smaller) slices (K = 2 and 16).
   EXPECT_LT(got[0].lengths.size(), got[2].lengths.size());
+}
+
+// At a length the kit runs (bench/terapipe.py slices 128 to 512 tokens), past any search of the
+// 2^(L-1) slicings: L = 64, t = a + b*l again. With n slices the sum is n*a + b*L and the max at
+// least a + b*ceil(L/n), so the best time(K) is the smallest of those over n.
+TEST(Slicing, SixtyFourTokensWithoutContextCostSliceEvenly) {
+  const double a = 1.0, b = 0.5;
+  const Latency t = [=](int64_t l, int64_t) { return a + b * static_cast<double>(l); };
+  const int64_t L = 64, K = 4;
+  const std::vector<Slicing> got = solve_in_subject({{L, K, t, "L = 64, K = 4"}});
+  if (!judge::judging()) return;
+  double best = std::numeric_limits<double>::infinity();
+  for (int64_t n = 1; n <= L; ++n)
+    best = std::min(best, static_cast<double>(n) * a + b * static_cast<double>(L) +
+                              static_cast<double>(K - 1) * (a + b * static_cast<double>((L + n - 1) / n)));
+  const Slicing& s = got[0];
+  ASSERT_FALSE(s.lengths.empty());
+  EXPECT_NEAR(kit::terapipe::evaluate(s.lengths, L, t).time(K), best, 1e-9) << kit::terapipe::to_string(s.lengths);
 }
 
 // With one stage there is no pipeline to fill: the (K - 1) max term is 0 and a fixed cost per
