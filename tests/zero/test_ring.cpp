@@ -128,7 +128,7 @@ void judge_all_gather(const RankRun& run, int n) {
 }
 
 // The subgroup's reduce-scatter and all-gather: 8 elements in chunks of 3, 3 and 2.
-constexpr int64_t kSubgroupHalves = 8;
+constexpr int64_t kSubgroupNumel = 8;
 
 // The sizes the all-reduce runs on n ranks: n divides the last one.
 std::vector<int64_t> all_reduce_sizes(int n) {
@@ -197,13 +197,13 @@ RANK_SUBJECT(ring_all_reduce_subgroup) {
   torch::Tensor t = input_of(sub.rank(), 6, torch::kFloat64).view({2, 3});
   ring::ring_all_reduce(t, sub);
   out.put("2x3", t);
-  const ring::Range mine = ring::chunk_range(kSubgroupHalves, 3, sub.rank());
-  torch::Tensor scattered = input_of(sub.rank(), kSubgroupHalves, torch::kFloat64);
+  const ring::Range mine = ring::chunk_range(kSubgroupNumel, 3, sub.rank());
+  torch::Tensor scattered = input_of(sub.rank(), kSubgroupNumel, torch::kFloat64);
   ring::ring_reduce_scatter(scattered, sub);
   out.put("reduce_scatter chunk", scattered.narrow(0, mine.begin, mine.size()));
-  torch::Tensor gathered = torch::full({kSubgroupHalves}, std::nan(""), torch::kFloat64);
+  torch::Tensor gathered = torch::full({kSubgroupNumel}, std::nan(""), torch::kFloat64);
   gathered.narrow(0, mine.begin, mine.size())
-      .copy_(input_of(sub.rank(), kSubgroupHalves, torch::kFloat64).narrow(0, mine.begin, mine.size()));
+      .copy_(input_of(sub.rank(), kSubgroupNumel, torch::kFloat64).narrow(0, mine.begin, mine.size()));
   ring::ring_all_gather(gathered, sub);
   out.put("all_gather", gathered);
 }
@@ -221,16 +221,16 @@ void judge_all_reduce_subgroup(const RankRun& run) {
     EXPECT_TRUE(ring_close(got.get<torch::Tensor>("2x3"), sum_of_inputs(3, 6, torch::kFloat64).view({2, 3}),
                            torch::kFloat64))
         << "a 2 x 3 tensor";
-    const ring::Range mine = ring::chunk_range(kSubgroupHalves, 3, sub_rank);
+    const ring::Range mine = ring::chunk_range(kSubgroupNumel, 3, sub_rank);
     EXPECT_TRUE(ring_close(got.get<torch::Tensor>("reduce_scatter chunk"),
-                           sum_of_inputs(3, kSubgroupHalves, torch::kFloat64).narrow(0, mine.begin, mine.size()),
+                           sum_of_inputs(3, kSubgroupNumel, torch::kFloat64).narrow(0, mine.begin, mine.size()),
                            torch::kFloat64))
         << "ring_reduce_scatter on group {1, 2, 3}: chunk " << sub_rank << " of rank " << r
         << " (its rank in the group, not in the world) must hold the sum";
-    torch::Tensor want = torch::empty({kSubgroupHalves}, torch::kFloat64);
+    torch::Tensor want = torch::empty({kSubgroupNumel}, torch::kFloat64);
     for (int q = 0; q < 3; ++q) {
-      const ring::Range c = ring::chunk_range(kSubgroupHalves, 3, q);
-      want.narrow(0, c.begin, c.size()).copy_(input_of(q, kSubgroupHalves, torch::kFloat64).narrow(0, c.begin, c.size()));
+      const ring::Range c = ring::chunk_range(kSubgroupNumel, 3, q);
+      want.narrow(0, c.begin, c.size()).copy_(input_of(q, kSubgroupNumel, torch::kFloat64).narrow(0, c.begin, c.size()));
     }
     const torch::Tensor gathered = got.get<torch::Tensor>("all_gather");
     EXPECT_TRUE(gathered.defined() && gathered.sizes() == want.sizes() && torch::equal(gathered, want))
