@@ -482,6 +482,25 @@ class SymbolCheck(unittest.TestCase):
                          "namespace testing { bool passed() { return true; } }\n",
                          "write", "extern \"C\"", "operator new", "testing::passed", "library's namespace")
 
+    def test_the_measuring_instruments_and_uncounted_memory_are_found(self):
+        # A step that resets the peak the test reads, or the message counters, or that holds a
+        # tensor over malloc'd memory (from_blob makes it through TensorMaker), hides what it did.
+        found = self.assertFinds(
+            "instruments", "#include <cstdint>\n#include <cstdlib>\n"
+            "namespace at { struct TensorMaker { void make_tensor(); }; }\n"
+            "namespace kit::memory { void reset_cpu_peak(); int64_t cpu_bytes_peak(); }\n"
+            "namespace kit::dist { void reset_counters(); struct Group { void reset_counters() const; }; }\n"
+            "namespace kit::pp { void reset_recompute_counters(); }\n"
+            "namespace kit { int64_t step(const dist::Group& g, at::TensorMaker& m) {\n"
+            "  m.make_tensor(); memory::reset_cpu_peak(); dist::reset_counters(); g.reset_counters();\n"
+            "  pp::reset_recompute_counters(); return memory::cpu_bytes_peak(); } }\n",
+            "kit::memory::reset_cpu_peak()", "kit::memory::cpu_bytes_peak()", "kit::dist::reset_counters()",
+            "kit::dist::Group::reset_counters() const", "kit::pp::reset_recompute_counters()",
+            "at::TensorMaker::make_tensor()")
+        self.assertEqual(len(found), 6, found)
+        self.assertTrue(all("measuring instruments" in w for _, s, w in found if s.startswith("kit::")), found)
+        self.assertTrue(any("counting allocator never sees" in w for _, s, w in found if s.startswith("at::")), found)
+
     def test_a_helper_at_file_scope_is_not_a_finding(self):
         self.assertEqual(self.findings("helper", "static int a(int x) { return x; }\nint helper(int x) { return a(x) + 1; }\n"
                                        "namespace { int b() { return 2; } }\nnamespace kit { int g() { return helper(b()); } }\n"), [])

@@ -24,7 +24,7 @@ namespace kit::memory {
 
 namespace {
 
-std::atomic<int64_t> g_now{0}, g_peak{0};
+std::atomic<int64_t> g_now{0}, g_peak{0}, g_peak_resets{0};
 std::atomic<bool> g_enabled{false};
 
 void add(int64_t n) {
@@ -105,7 +105,11 @@ void enable_cpu_counting() {
 bool cpu_counting_enabled() { return g_enabled; }
 int64_t cpu_bytes_now() { return g_now.load(); }
 int64_t cpu_bytes_peak() { return g_peak.load(); }
-void reset_cpu_peak() { g_peak.store(g_now.load()); }
+void reset_cpu_peak() {
+  g_peak_resets.fetch_add(1);
+  g_peak.store(g_now.load());
+}
+int64_t cpu_peak_resets() { return g_peak_resets.load(); }
 
 namespace {
 

@@ -24,6 +24,10 @@ bool cpu_counting_enabled();
 int64_t cpu_bytes_now();   // bytes held right now (0 before enable_cpu_counting)
 int64_t cpu_bytes_peak();  // the most held at once since the last reset_cpu_peak()
 void reset_cpu_peak();     // peak := now
+// How often reset_cpu_peak() has run in this process: a test that resets the peak before a
+// step and reads it after checks that nothing in the step reset it again (a step that did
+// would hide its own peak).
+int64_t cpu_peak_resets();
 
 // The same, for the tensors of one device: the CPU's through the counting allocator above, a
 // CUDA device's from LibTorch's CUDA caching allocator, which counts every block it hands out

@@ -38,6 +38,16 @@ TEST(MemoryCounter, PeakIsTheMostHeldAtOnceSinceTheReset) {
   EXPECT_LT(peak, 13 * kMiB);
 }
 
+TEST(MemoryCounter, EveryResetOfThePeakIsCounted) {
+  kit::memory::enable_cpu_counting();
+  const int64_t resets = kit::memory::cpu_peak_resets();
+  kit::memory::reset_cpu_peak();
+  kit::memory::reset_peak(torch::kCPU);
+  EXPECT_EQ(kit::memory::cpu_peak_resets() - resets, 2);
+  { auto t = torch::zeros({kMiB}, torch::kFloat32); }
+  EXPECT_EQ(kit::memory::cpu_peak_resets() - resets, 2) << "allocating is not resetting";
+}
+
 TEST(MemoryCounter, EnablingTwiceIsHarmless) {
   kit::memory::enable_cpu_counting();
   kit::memory::enable_cpu_counting();

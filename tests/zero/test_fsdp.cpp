@@ -151,12 +151,16 @@ RANK_SUBJECT(fsdp_memory) {
   f.zero_grad();
   const int64_t before = kit::memory::cpu_bytes_now();
   kit::memory::reset_cpu_peak();
+  int64_t resets = kit::memory::cpu_peak_resets();
   torch::Tensor loss = loss_of(f.forward(one.idx), one);
   out.put("forward_peak", kit::memory::cpu_bytes_peak() - before);
+  out.put("peak_resets_in_forward", kit::memory::cpu_peak_resets() - resets);
   kit::memory::reset_cpu_peak();
+  resets = kit::memory::cpu_peak_resets();
   loss.backward();
   loss = torch::Tensor();
   out.put("backward_peak", kit::memory::cpu_bytes_peak() - before);
+  out.put("peak_resets_in_backward", kit::memory::cpu_peak_resets() - resets);
   out.put("gathered_bytes", f.gathered_bytes());
   out.put("left", kit::memory::cpu_bytes_now() - before);
 }
@@ -188,6 +192,12 @@ void judge_fsdp_memory(const RankRun& run, int n) {
                               ", the shards' gradients " + std::to_string(shard_grads) + " (8 blocks, P = " +
                               std::to_string(P) + " floats, rank " + std::to_string(r) + " of " + std::to_string(n) + ")";
     const int64_t forward_peak = got.get<int64_t>("forward_peak"), backward_peak = got.get<int64_t>("backward_peak");
+    // A peak reset inside the step would hide the step's own peak: the kit's counters are the
+    // test's instrument, not the step's.
+    EXPECT_EQ(got.get<int64_t>("peak_resets_in_forward"), 0)
+        << "the memory peak was reset during the forward (kit::memory is the test's, not the step's), rank " << r;
+    EXPECT_EQ(got.get<int64_t>("peak_resets_in_backward"), 0)
+        << "the memory peak was reset during the backward (kit::memory is the test's, not the step's), rank " << r;
     const int64_t forward_bound = kept + outer + 2 * block;
     EXPECT_LE(forward_peak, forward_bound)
         << "the forward held " << forward_peak << " bytes above the shards at its peak" << sizes
