@@ -5,7 +5,7 @@ object file can call. After the build, every symbol each student object referenc
 demangled and held against the allowlist in grader/symbols.json (first matching rule decides;
 no match is a finding). On top of that, for each student object:
 
-  * given code that touches files or starts programs: a kit:: function defined in a given
+  * given code that the rules deny (files, programs, the measuring instruments): a kit:: function defined in a given
     object that itself references a denied symbol (a checkpoint loader, the rank JSON writer,
     the launcher's Command) is denied too, unless symbols.json's "kit_exceptions" names it
     (Problem 1's launcher: kit::Process(rank, world size, rendezvous), start, join_all);
@@ -137,8 +137,8 @@ def references_by_function(obj: Path):
 
 class GivenCode:
     """What the given code (and the tests) of a build define, and which of the given kit::
-    functions read or write files or start programs: those that call a symbol a "given" rule
-    denies, directly or through other functions of the given code."""
+    functions student code may not call: those that call a symbol a "given" rule denies (files,
+    processes, the measuring instruments), directly or through other functions of the given code."""
 
     @classmethod
     def cached(cls, objects, cache: Path):
@@ -184,9 +184,9 @@ class GivenCode:
         bad = {}  # function -> the denied symbol it reaches
         for fn, (o, refs) in calls.items():
             for r in sorted(refs):
-                kind, _, given = judge_full(bare.get(r, r))
+                kind, why, given = judge_full(bare.get(r, r))
                 if kind == "deny" and given:
-                    bad[fn] = dem.get(r, r)
+                    bad[fn] = (dem.get(r, r), why)
                     break
         changed = True
         while changed:  # through other functions of the given code
@@ -237,8 +237,8 @@ def findings_of(obj: Path, source: Path = None, given: GivenCode = None):
         kind, why = judge(bare[n])
         if kind == "allow" and given is not None and n in given.io_defined:
             o, what = given.io_defined[n]
-            kind, why = "deny", (f"given code that reads or writes files or starts programs ({Path(o).name} "
-                                 f"calls {what.split('(')[0]})")
+            kind, why = "deny", (f"given code that the rules deny ({Path(o).name} calls {what[0].split('(')[0]}: "
+                                 f"{what[1]})")
         if kind != "allow":
             lines = source_lines(source, d)
             out.append((lines[0] if lines else None, d, ("denied: " if kind else "") + why))
