@@ -33,6 +33,7 @@
 #include "terapipe/slicing.h"
 #include "train/loss.h"
 #include "sliced_reference.h"
+#include "slicing_reference.h"
 
 namespace {
 namespace pp = kit::pp;
@@ -136,24 +137,6 @@ void expect_equal_to_whole(const std::vector<int64_t>& lengths, int64_t m = 1, i
   if (!judge::judging()) return;
   const Outcome want = whole(model);
   expect_same_grads(want, got, "m = " + std::to_string(m) + ", slices " + tp::to_string(lengths));
-}
-
-// GPipe's order with slices, written out here (not the student's sliced_schedule) as a sort:
-// every forward before every backward; forwards by unit, then stage; backwards by micro-batch,
-// then the later slice first, then the later stage first.
-pp::RankSchedule gpipe_slice_order(int64_t m, int64_t n, int64_t chunks) {
-  std::vector<std::array<int64_t, 3>> keys;  // {op, unit, chunk}
-  for (int64_t op = 0; op < 2; ++op)
-    for (int64_t u = 0; u < m * n; ++u)
-      for (int64_t c = 0; c < chunks; ++c) keys.push_back({op, u, c});
-  const auto rank = [n](const std::array<int64_t, 3>& k) {
-    return k[0] == 0 ? std::make_tuple(int64_t{0}, k[1], int64_t{0}, k[2])
-                     : std::make_tuple(int64_t{1}, k[1] / n, -(k[1] % n), -k[2]);
-  };
-  std::sort(keys.begin(), keys.end(), [&](const auto& a, const auto& b) { return rank(a) < rank(b); });
-  pp::RankSchedule out;
-  for (const auto& k : keys) out.push_back(k[0] == 0 ? pp::F(k[1], k[2]) : pp::B(k[1], k[2]));
-  return out;
 }
 
 // A schedule as data: [op (0 forward, 1 backward), unit, chunk] per action.
@@ -290,8 +273,8 @@ TEST(SlicedPipeline, EachSliceBackwardIsOnePassOverItsGraph) {
 TEST(SlicedPipeline, WithDropoutEqualsTheSliceBySliceReference) {
   const std::vector<int64_t> lengths{3, 7, 6};
   const kit::GPT2 model = tiny_model(kStages, 0.1);
-  const judge::Record got =
-      pipeline_in_subject(model, lengths, 1, gpipe_slice_order(1, static_cast<int64_t>(lengths.size()), kStages));
+  const pp::RankSchedule order = terapipe_test::gpipe_slice_order(1, static_cast<int64_t>(lengths.size()), kStages);
+  const judge::Record got = pipeline_in_subject(model, lengths, 1, order);
   if (!judge::judging()) return;
   kit::GPT2 reference = model;  // the judge's copy of the model is untouched by the subject
   const Data d = batch();        // the generator as sliced() leaves it before the first forward

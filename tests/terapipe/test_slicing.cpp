@@ -19,6 +19,7 @@
 #include "judge/judge.h"
 #include "kit/errors.h"
 #include "terapipe/slicing.h"
+#include "slicing_reference.h"
 
 namespace kit::judge {
 // A slicing as {lengths, sum, max}.
@@ -35,25 +36,7 @@ namespace {
 namespace judge = kit::judge;
 using kit::terapipe::Latency;
 using kit::terapipe::Slicing;
-
-// The smallest time(K) over every slicing of L tokens (each of the L-1 gaps cut or not).
-double brute_force(int64_t L, int64_t K, const Latency& t) {
-  double best = std::numeric_limits<double>::infinity();
-  for (uint32_t cuts = 0; cuts < (1u << (L - 1)); ++cuts) {
-    std::vector<int64_t> lengths;
-    int64_t len = 1;
-    for (int64_t gap = 0; gap < L - 1; ++gap) {
-      if (cuts & (1u << gap)) {
-        lengths.push_back(len);
-        len = 0;
-      }
-      ++len;
-    }
-    lengths.push_back(len);
-    best = std::min(best, kit::terapipe::evaluate(lengths, L, t).time(K));
-  }
-  return best;
-}
+using terapipe_test::brute_force;
 
 // A table t(l, c) = a + b*l + g*l*c (+ noise when `bumpy`): fixed overhead per slice, work per
 // token, attention to the context; bumpy tables are neither monotone nor convex.
