@@ -14,6 +14,7 @@
 
 #include "dist/dist.h"
 #include "grid/grid.h"
+#include "grid_shapes.h"
 #include "judge/judge.h"
 #include "judge/tensor.h"
 #include "rank_roles.h"
@@ -38,14 +39,7 @@ namespace judge = kit::judge;
 using grid::GroupKind;
 using grid::GridShape;
 
-// Every (d, p, t) with d * p * t = W.
-std::vector<GridShape> factorisations(int W) {
-  std::vector<GridShape> out;
-  for (int d = 1; d <= W; ++d)
-    for (int p = 1; p <= W; ++p)
-      if (W % (d * p) == 0) out.push_back({d, p, W / (d * p)});
-  return out;
-}
+using grid_test::factorisations;
 
 std::vector<GridShape> shapes_of_8_and_12() {
   auto s = factorisations(8);

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "grid/grid.h"
+#include "grid/grid_shapes.h"
 #include "judge/judge.h"
 
 namespace {
@@ -17,13 +18,7 @@ namespace judge = kit::judge;
 using grid::GridShape;
 using grid::GroupKind;
 
-std::vector<GridShape> factorisations(int W) {
-  std::vector<GridShape> out;
-  for (int d = 1; d <= W; ++d)
-    for (int p = 1; p <= W; ++p)
-      if (W % (d * p) == 0) out.push_back({d, p, W / (d * p)});
-  return out;
-}
+using grid_test::factorisations;
 
 const std::vector<GroupKind> kKinds = {GroupKind::Data, GroupKind::Tensor, GroupKind::Pipeline};
 
