@@ -23,11 +23,13 @@ processes print, write or return. Each case runs like this:
     FSIZE bytes per written file, no core files, the parent's death kills the case.
 """
 import ctypes
+import fcntl
 import os
 import secrets
 import select
 import shutil
 import signal
+import stat
 import subprocess
 import tempfile
 import threading
@@ -35,6 +37,7 @@ import time
 from pathlib import Path
 
 SANDBOX_UID = int(os.environ.get("KIT_GRADER_SANDBOX_UID", "64190"))  # slot k runs as uid + k
+USERS_STEP = 64            # the ranges of sandbox users gradings on one machine choose from
 NPROC = 1024               # tasks (threads count) per sandbox user: bounds fork bombs
 FSIZE = 256 * 1024 ** 2    # bytes per file a case may write (its output included)
 OUTPUT_KEEP = 64 * 1024    # bytes of a case's output kept for the report (the end)
@@ -44,6 +47,53 @@ RECORDS_MAX = 256 * 1024 ** 2  # bytes read of a subject's records (tests/judge/
 # subject/judge plumbing (tests/judge/judge.h), which run() sets itself where it means to.
 PRIVATE_ENV = ("KIT_GRADER", "KIT_SUBJECT_", "KIT_JUDGE_", "KIT_RANK_RECORDS")
 PR_SET_CHILD_SUBREAPER = 36
+
+
+LOCK_DIR = "/tmp/kit-grader-users"  # the sandbox users' locks: a directory only root writes
+_held_users = {}  # this process's range of sandbox users: {"base": first uid, "file": its lock}
+
+
+def _lock_dir() -> str:
+    """LOCK_DIR, made by us (root) and writable by nobody else. A sandbox user may write /tmp:
+    a LOCK_DIR that is not ours is put aside and made again."""
+    for _ in range(20):
+        try:
+            os.mkdir(LOCK_DIR, 0o700)
+        except FileExistsError:
+            pass
+        try:
+            st = os.lstat(LOCK_DIR)
+            if stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o022:
+                return LOCK_DIR
+            os.rename(LOCK_DIR, f"{LOCK_DIR}.not-ours-{secrets.token_hex(4)}")
+        except FileNotFoundError:
+            pass
+    raise RuntimeError(f"cannot make {LOCK_DIR} a directory of the grader's own")
+
+
+def _hold_users(slots: int) -> int:
+    """The first uid of a range of sandbox users that this process holds for its lifetime: the
+    first of SANDBOX_UID, SANDBOX_UID + USERS_STEP, ... whose lock (LOCK_DIR/<uid>.lock, flock)
+    no other process on this machine holds. A sandbox kills every process of its users after
+    each case, so two gradings on one set of users would stop each other's cases: with this,
+    gradings started side by side (a batch regrade, ctest) each get users of their own."""
+    if slots > USERS_STEP:
+        raise ValueError(f"at most {USERS_STEP} parallel slots per grading (asked for {slots})")
+    if _held_users:
+        return _held_users["base"]
+    folder = _lock_dir()
+    for k in range(64):
+        base = SANDBOX_UID + k * USERS_STEP
+        fd = os.open(f"{folder}/{base}.lock", os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            continue
+        _held_users.update(base=base, file=fd)
+        return base
+    raise RuntimeError(f"64 gradings on this machine already hold the sandbox users from uid {SANDBOX_UID} on; "
+                       "wait for one to end, or set KIT_GRADER_SANDBOX_UID to a free range")
 
 
 def _works(cmd) -> bool:
@@ -62,6 +112,7 @@ class Sandbox:
         # as the caller, in namespaces only, so they can reach a build under /root.
         self.root = os.geteuid() == 0 and separate_users
         self.slots = max(1, slots)
+        self.uid0 = _hold_users(self.slots) if self.root else SANDBOX_UID  # slot k runs as uid0 + k
         ns = ["unshare", "--pid", "--fork", "--kill-child", "--mount-proc"]
         if not self.root:
             ns = ["unshare", "--map-root-user"] + ns[1:]
@@ -77,7 +128,7 @@ class Sandbox:
     def describe(self) -> str:
         parts = []
         if self.root:
-            parts.append(f"separate users (uid {SANDBOX_UID}..{SANDBOX_UID + self.slots - 1})")
+            parts.append(f"separate users (uid {self.uid0}..{self.uid0 + self.slots - 1})")
         parts.append("a PID namespace per case" if self.ns else
                      "no namespaces on this machine: orphans are re-parented to the grader and killed")
         if not self.root:
@@ -163,7 +214,7 @@ class Sandbox:
         at once: a handle for signal() and finish(). run() uses it for a case; the speed gates
         (grader/perf_gates.py) talk to a program while it runs. The caller keeps that slot for
         itself until finish()."""
-        uid = SANDBOX_UID + slot
+        uid = self.uid0 + slot
         home = Path(tempfile.mkdtemp(prefix="case-", dir=cwd_parent))
         if self.root:
             os.chown(home, uid, uid)
@@ -224,7 +275,7 @@ class Sandbox:
     def sweep(self, uid=None):
         """Kills whatever a case left behind (the PID namespace already did, where there is one)."""
         if self.root:
-            uids = [uid] if uid is not None else [SANDBOX_UID + k for k in range(self.slots)]
+            uids = [uid] if uid is not None else [self.uid0 + k for k in range(self.slots)]
             for u in uids:
                 for _ in range(50):  # kill(-1) as that user: every process it owns, atomically
                     if not _pids_of_uid(u):
@@ -259,7 +310,7 @@ class Sandbox:
         """Processes of the sandbox users still alive (must be none after a case)."""
         if not self.root:
             return []
-        return [pid for k in range(self.slots) for pid in _pids_of_uid(SANDBOX_UID + k)]
+        return [pid for k in range(self.slots) for pid in _pids_of_uid(self.uid0 + k)]
 
 
 class _Reader(threading.Thread):

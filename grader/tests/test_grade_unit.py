@@ -9,6 +9,7 @@ import io
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -790,6 +791,30 @@ class Sandboxed(unittest.TestCase):
         self.sb = sandbox.Sandbox(1)
         self.dir = Path(tempfile.mkdtemp())
         os.chmod(self.dir, 0o755)
+
+    @unittest.skipUnless(os.geteuid() == 0, "sandbox users need root")
+    def test_two_gradings_at_once_get_sandbox_users_of_their_own(self):
+        # Each grading kills every process of its users after each case: two side by side on one
+        # range would stop each other's cases. The locks' folder is root's alone: one a sandbox
+        # user made first (it can write /tmp) is put aside.
+        folder = Path(tempfile.mkdtemp(prefix="kit-locks-", dir="/tmp"))
+        os.chown(folder, 65007, 65007)
+        os.chmod(folder, 0o777)
+        child = ("import sys; sys.path.insert(0, sys.argv[1]); import sandbox; sandbox.LOCK_DIR = sys.argv[2]\n"
+                 "print(sandbox.Sandbox(2).uid0, flush=True); sys.stdin.read()")
+        env = dict(os.environ, KIT_GRADER_SANDBOX_UID="65000")
+        procs = [subprocess.Popen([sys.executable, "-c", child, str(Path(sandbox.__file__).parent), str(folder)],
+                                  env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) for _ in range(2)]
+        try:
+            firsts = sorted(int(p.stdout.readline()) for p in procs)
+        finally:
+            for p in procs:
+                p.communicate("")
+        self.assertEqual(firsts, [65000, 65000 + sandbox.USERS_STEP])
+        st = folder.stat()
+        self.assertEqual((st.st_uid, st.st_mode & 0o777), (0, 0o700), "the sandbox user's folder was put aside")
+        for d in [folder] + list(Path("/tmp").glob(folder.name + ".not-ours-*")):
+            shutil.rmtree(d, ignore_errors=True)
 
     def test_lines_without_the_token_count_for_nothing(self):
         script = ("echo '[       OK ] A.b'; echo '[  PASSED  ] 1 test.';"
