@@ -57,6 +57,11 @@ class CountingAllocator final : public c10::Allocator {
 
   c10::DeleterFnPtr raw_deleter() const override { return &CountingAllocator::free; }
 
+  static bool holds(const void* data) {
+    std::lock_guard<std::mutex> lock(mutex());
+    return table().count(const_cast<void*>(data)) > 0;
+  }
+
   // LibTorch 2.3+ asks allocators to copy between their buffers (a pure virtual there).
   void copy_data(void* dest, const void* src, std::size_t count) const { std::memcpy(dest, src, count); }
 
@@ -110,6 +115,7 @@ void reset_cpu_peak() {
   g_peak.store(g_now.load());
 }
 int64_t cpu_peak_resets() { return g_peak_resets.load(); }
+bool counts_cpu_buffer(const void* data) { return data != nullptr && CountingAllocator::holds(data); }
 
 namespace {
 

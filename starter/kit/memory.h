@@ -28,6 +28,9 @@ void reset_cpu_peak();     // peak := now
 // step and reads it after checks that nothing in the step reset it again (a step that did
 // would hide its own peak).
 int64_t cpu_peak_resets();
+// Whether the buffer at `data` is one the counting allocator handed out and has not freed:
+// given code that holds a buffer (FSDP's full parameters) checks that its memory is counted.
+bool counts_cpu_buffer(const void* data);
 
 // The same, for the tensors of one device: the CPU's through the counting allocator above, a
 // CUDA device's from LibTorch's CUDA caching allocator, which counts every block it hands out

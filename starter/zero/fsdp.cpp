@@ -14,6 +14,20 @@ namespace kit::zero {
 
 namespace {
 
+// What every gather must leave: the unit's memory, in the storage object the model's parameters
+// (and the tensors autograd saved) are views of, and, where kit::memory counts, memory that it
+// counted (a buffer of the code's own would hide the bytes the memory tests measure).
+void check_gathered(const FsdpUnit& u) {
+  if (!u.gathered())
+    throw Error("Fsdp::gather(" + u.name + ") returned without the unit's memory: call u.allocate() first");
+  if (u.full.storage().unsafeGetStorageImpl() != u.storage)
+    throw Error("Fsdp::gather(" + u.name + ") gave u.full a new storage, which the model's parameters are no views of: "
+                "call u.allocate() and fill u.full in place");
+  if (u.counted && !memory::counts_cpu_buffer(u.full.storage().data()))
+    throw Error("Fsdp::gather(" + u.name + ") gave the unit memory that kit::memory did not count: its memory must "
+                "come from u.allocate()");
+}
+
 // A unit's gather as an autograd function: forward = Fsdp::gather, backward = Fsdp::reduce_scatter.
 // Its output is one flat tensor of n*S elements; the parameters are views of it, so autograd
 // sums every use of every parameter of the unit into one flat gradient before calling backward
@@ -24,8 +38,7 @@ struct GatherParams : public torch::autograd::Function<GatherParams> {
     ctx->saved_data["fsdp"] = reinterpret_cast<int64_t>(fsdp);
     ctx->saved_data["unit"] = reinterpret_cast<int64_t>(unit);
     fsdp->gather(*unit);
-    if (!unit->gathered())
-      throw Error("Fsdp::gather(" + unit->name + ") returned without the unit's memory: call u.allocate() first");
+    check_gathered(*unit);
     // A tensor of its own (its own version counter) on the unit's storage: gathering again later
     // writes through unit->full, which autograd must not take for a change of the saved views.
     return torch::empty({0}, unit->full.options()).set_(unit->full.storage(), 0, {unit->padded()}, {1});
@@ -119,6 +132,8 @@ void Fsdp::build_units() {
     const torch::Tensor flat = torch::cat(parts);
     u.shard = flat.narrow(0, u.range.begin, S).clone().set_requires_grad(true);
     u.full = torch::empty({S * n}, o);
+    u.storage = u.full.storage().unsafeGetStorageImpl();
+    u.counted = memory::cpu_counting_enabled() && u.full.is_cpu();
     u.free();
     shards.push_back(u.shard);
   }
@@ -154,7 +169,10 @@ const torch::Tensor& Fsdp::before_backward(const torch::Tensor& t, FsdpUnit& u, 
   FsdpUnit* unit = &u;
   if (what == Refill::kGather) {
     regathered_.push_back(unit);
-    t.register_hook([this, unit](const torch::Tensor&) { gather(*unit); });
+    t.register_hook([this, unit](const torch::Tensor&) {
+      gather(*unit);
+      check_gathered(*unit);
+    });
   } else {
     t.register_hook([unit](const torch::Tensor&) { unit->free(); });
   }

@@ -53,6 +53,8 @@ struct FsdpUnit {
   ring::Range range;                        // this rank's shard_of(P_u, r, n): [r*S, (r+1)*S)
   torch::Tensor shard;                      // S elements, a leaf: .grad() is the averaged shard gradient
   torch::Tensor full;                       // n*S elements; storage held only while gathered
+  const void* storage = nullptr;            // (given) full's storage object: the parameters are views of it
+  bool counted = false;                     // (given) made while kit::memory counts: its memory must be counted
 
   int64_t padded() const { return full.numel(); }  // n*S
   bool gathered() const;                    // the full buffer holds memory now
