@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <csignal>
 #include <cstdlib>
 #include <functional>
 #include <map>
@@ -401,6 +402,11 @@ void init_process_group(const std::string& backend, int rank, int world_size, co
     throw Error("rank " + std::to_string(rank) + " is outside 0.." + std::to_string(world_size - 1));
   if (master_port < 1 || master_port > 65535)
     throw Error("master port " + std::to_string(master_port) + " is not in 1..65535");
+
+  // A peer that dies leaves its sockets closed: the next write to one raises SIGPIPE, whose
+  // default action kills this process without a word. Ignored (as Python does at startup, so
+  // PyTorch never sees it), the write fails with EPIPE and the collective throws CommError.
+  std::signal(SIGPIPE, SIG_IGN);
 
   auto g = std::make_unique<World>();
   g->rank = rank;
