@@ -6,11 +6,15 @@
 // against the hand-computed values. Memory, Strategy and Cost travel as records by the Codecs
 // below.
 #pragma once
+#include <algorithm>
+#include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
 #include "judge/judge.h"
 #include "planner/model_spec.h"
+#include "planner/partition.h"
 #include "planner/search.h"
 
 namespace planner_test {
@@ -35,6 +39,23 @@ inline kit::planner::ModelSpec three_layers() {
   m.name = "three";
   m.layers = {{"e", 1e9, 100, 20, 8, 0}, {"f", 2e9, 200, 50, 4, 0}, {"g", 3e9, 300, 40, 2, 0}};
   return m;
+}
+
+// The smallest slowest stage over every partition of the layers into consecutive runs (brute
+// force over the L - 1 gaps; given slowest_stage_seconds): the partition tests' reference.
+inline double brute_force(const std::vector<std::vector<double>>& seconds) {
+  const size_t p = seconds.size(), L = seconds[0].size();
+  double best = std::numeric_limits<double>::infinity();
+  for (uint64_t mask = 0; mask < (uint64_t{1} << (L - 1)); ++mask) {
+    if (static_cast<size_t>(__builtin_popcountll(mask)) != p - 1) continue;
+    std::vector<int64_t> counts{1};
+    for (size_t g = 0; g + 1 < L; ++g) {
+      if (mask >> g & 1) counts.push_back(0);
+      ++counts.back();
+    }
+    best = std::min(best, kit::planner::slowest_stage_seconds(seconds, counts));
+  }
+  return best;
 }
 
 // The judge's check of an outcome the old test wrote as EXPECT_THROW(call, kit::Error).

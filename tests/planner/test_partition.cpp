@@ -19,25 +19,9 @@ namespace pl = kit::planner;
 using Costs = std::vector<std::vector<double>>;
 using Counts = std::vector<int64_t>;
 namespace judge = kit::judge;
+using planner_test::brute_force;
 
 // The smallest slowest stage over every way to cut L layers into p runs of 1 or more.
-double brute_force(const Costs& seconds) {
-  const size_t p = seconds.size(), L = seconds[0].size();
-  double best = std::numeric_limits<double>::infinity();
-  std::vector<int64_t> counts(p, 1);
-  // Enumerate the p - 1 cut points among L - 1 gaps as a bit mask.
-  for (uint64_t mask = 0; mask < (uint64_t{1} << (L - 1)); ++mask) {
-    if (static_cast<size_t>(__builtin_popcountll(mask)) != p - 1) continue;
-    counts.assign(1, 1);
-    for (size_t g = 0; g + 1 < L; ++g) {
-      if (mask >> g & 1) counts.push_back(0);
-      ++counts.back();
-    }
-    best = std::min(best, pl::slowest_stage_seconds(seconds, counts));
-  }
-  return best;
-}
-
 void expect_valid(const std::vector<int64_t>& counts, size_t p, size_t L) {
   ASSERT_EQ(counts.size(), p);
   for (const int64_t c : counts) EXPECT_GE(c, 1);

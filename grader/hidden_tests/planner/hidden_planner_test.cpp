@@ -176,24 +176,6 @@ TEST(HiddenPlannerCost, MemoryOnThreeStagesInterleavedWithEveryZeroStage) {
   }
 }
 
-namespace {
-// The smallest slowest stage over every partition of L layers into consecutive runs.
-double brute_force_partition(const std::vector<std::vector<double>>& seconds) {
-  const size_t p = seconds.size(), L = seconds[0].size();
-  double best = std::numeric_limits<double>::infinity();
-  for (uint64_t mask = 0; mask < (uint64_t{1} << (L - 1)); ++mask) {
-    if (static_cast<size_t>(__builtin_popcountll(mask)) != p - 1) continue;
-    std::vector<int64_t> counts{1};
-    for (size_t g = 0; g + 1 < L; ++g) {
-      if (mask >> g & 1) counts.push_back(0);
-      ++counts.back();
-    }
-    best = std::min(best, pl::slowest_stage_seconds(seconds, counts));
-  }
-  return best;
-}
-}  // namespace
-
 TEST(HiddenPlannerPartition, MatchesBruteForceOnOtherSeedsAndDepths) {
   std::mt19937 rng(2027);
   std::uniform_real_distribution<double> cost(0.05, 8.0), speed(0.25, 4.0);
@@ -210,7 +192,8 @@ TEST(HiddenPlannerPartition, MatchesBruteForceOnOtherSeedsAndDepths) {
       problems.push_back(seconds);
     }
   const judge::Record got = judge::subject([&](judge::Record& out) {
-    for (size_t i = 0; i < problems.size(); ++i) out.put("problem " + std::to_string(i), pl::partition_layers(problems[i]));
+    for (size_t i = 0; i < problems.size(); ++i)
+      out.put("problem " + std::to_string(i), pl::partition_layers(problems[i]));
   });
   if (!judge::judging()) return;
   for (size_t i = 0; i < problems.size(); ++i) {
@@ -220,6 +203,6 @@ TEST(HiddenPlannerPartition, MatchesBruteForceOnOtherSeedsAndDepths) {
     ASSERT_EQ(counts.size(), p) << what;
     for (const int64_t c : counts) ASSERT_GE(c, 1) << what;
     ASSERT_EQ(std::accumulate(counts.begin(), counts.end(), int64_t{0}), static_cast<int64_t>(L)) << what;
-    EXPECT_NEAR(pl::slowest_stage_seconds(problems[i], counts), brute_force_partition(problems[i]), 1e-12) << what;
+    EXPECT_NEAR(pl::slowest_stage_seconds(problems[i], counts), planner_test::brute_force(problems[i]), 1e-12) << what;
   }
 }
